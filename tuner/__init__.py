@@ -1,0 +1,35 @@
+"""tuner: a schedule-search autotuner for deep-learning operators.
+
+>>> from tuner import te
+>>> import tuner
+>>> A = te.placeholder((64, 32), "float32", name="A")
+>>> B = te.placeholder((32, 16), "float32", name="B")
+>>> k = te.reduce_axis(32, name="k")
+>>> C = te.compute((64, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+>>> s = te.create_schedule(C)
+>>> print(tuner.lower(s, [A, B, C]))        # the loop nest
+>>> f = tuner.build(s, [A, B, C])           # a Numba kernel; f(a, b, c) writes c
+"""
+
+from . import te
+from .codegen import BuildOptions, Kernel, build
+from .lower.lower import LoweredFunc, lower
+from .schedule import Schedule, ScheduleError, create_schedule
+from .target import Target, TargetError
+from .workload import Workload
+
+__all__ = [
+    "BuildOptions",
+    "Kernel",
+    "LoweredFunc",
+    "Schedule",
+    "ScheduleError",
+    "Target",
+    "TargetError",
+    "Workload",
+    "build",
+    "create_schedule",
+    "lower",
+    "te",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,200 @@
+"""Render a lowered loop nest as Python source: readable, and ready for ``numba.njit``.
+
+Two flavours share one renderer. ``flavour="print"`` shows the loop nest with
+multi-dimensional indices for people (``tuner.lower``); ``flavour="numba"``
+flattens every buffer to one dimension with constant strides, casts indices
+to unsigned so that Numba emits no negative-index wrap-around (which blocks
+vectorization), writes ``prange`` for parallel loops, unrolls ``unroll``
+loops in the source, and puts ``local`` buffers on the stack.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..lower.ir import Alloc, Buffer, For, If, Load, Seq, Stmt, Store
+from ..lower.lower import LoweredFunc
+from ..lower.simplify import simplify
+from ..schedule.state import ScheduleError
+from ..te.dtypes import is_float
+from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Select, Var, substitute
+
+__all__ = ["render"]
+
+_BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+_CMPOPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+class _Renderer:
+    def __init__(self, func: LoweredFunc, flavour: str):
+        self.func = func
+        self.numba = flavour == "numba"
+        self.lines: list[str] = []
+        self.buffers: dict[str, Buffer] = {b.name: b for b in func.args}
+        self.hoisted: list[str] = []
+
+    # -- expressions -------------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            return f"{e.buffer}[{self.index(e.buffer, e.indices)}]"
+        if isinstance(e, Binary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("min", "max"):
+                return f"{e.op}({a}, {b})"
+            if e.op == "div" and self.numba and not is_float(e.a.dtype):
+                a, b = f"np.{e.dtype}({a})", f"np.{e.dtype}({b})"
+            return f"({a} {_BINOPS[e.op]} {b})"
+        if isinstance(e, Compare):
+            return f"({self.expr(e.a)} {_CMPOPS[e.op]} {self.expr(e.b)})"
+        if isinstance(e, Logical):
+            if e.op == "not":
+                return f"(not {self.expr(e.args[0])})"
+            return "(" + f" {e.op} ".join(self.expr(a) for a in e.args) + ")"
+        if isinstance(e, Select):
+            return f"({self.expr(e.true_value)} if {self.expr(e.cond)} else {self.expr(e.false_value)})"
+        if isinstance(e, Cast):
+            if not self.numba:
+                return f"{e.dtype}({self.expr(e.value)})"
+            return f"np.{'bool_' if e.dtype == 'bool' else e.dtype}({self.expr(e.value)})"
+        if isinstance(e, Call):
+            return self.call(e)
+        raise TypeError(f"cannot render {e!r}")
+
+    def const(self, e: Const) -> str:
+        if e.dtype == "bool":
+            return "True" if e.value else "False"
+        if not is_float(e.dtype):
+            return str(int(e.value))
+        v = float(e.value)
+        text = ("np.inf" if v > 0 else "-np.inf") if math.isinf(v) else repr(v)
+        return f"np.{e.dtype}({text})" if self.numba else text
+
+    def call(self, e: Call) -> str:
+        args = ", ".join(self.expr(a) for a in e.args)
+        if not self.numba:
+            return f"{e.name}({args})"
+        if e.name == "abs":
+            return f"abs({args})"
+        if e.dtype == "float32" and e.name in ("exp", "tanh", "sigmoid", "erf"):
+            return f"{e.name}32({args})"
+        if e.name == "sigmoid":
+            return f"sigmoid64({args})"
+        if e.dtype == "float32":
+            return f"np.float32(math.{e.name}({args}))"
+        return f"math.{e.name}({args})"
+
+    def index(self, name: str, idx: tuple[Expr, ...]) -> str:
+        if not self.numba:
+            return ", ".join(self.expr(i) for i in idx)
+        shape = self.buffers[name].shape
+        flat: Expr = Const(0)
+        stride = 1
+        for i, extent in zip(reversed(idx), reversed(shape), strict=True):
+            flat = flat + i * stride
+            stride *= extent
+        return f"np.uint64({self.expr(simplify(flat))})"
+
+    # -- statements --------------------------------------------------------
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("    " * depth + line)
+
+    def stmt(self, s: Stmt, depth: int, in_parallel: bool) -> None:
+        if isinstance(s, Seq):
+            for child in s.body:
+                self.stmt(child, depth, in_parallel)
+        elif isinstance(s, Store):
+            target = f"{s.buffer}[{self.index(s.buffer, s.indices)}]"
+            v = s.value
+            if isinstance(v, Binary) and v.op == "add" and isinstance(v.a, Load) and v.a.buffer == s.buffer and v.a.indices == s.indices:
+                self.emit(f"{target} += {self.expr(v.b)}", depth)
+            else:
+                self.emit(f"{target} = {self.expr(v)}", depth)
+        elif isinstance(s, If):
+            self.emit(f"if {self.expr(s.cond)}:", depth)
+            self.stmt(s.then, depth + 1, in_parallel)
+            if s.orelse is not None:
+                self.emit("else:", depth)
+                self.stmt(s.orelse, depth + 1, in_parallel)
+        elif isinstance(s, For):
+            self.loop(s, depth, in_parallel)
+        elif isinstance(s, Alloc):
+            self.alloc(s, depth, in_parallel)
+        else:
+            raise TypeError(f"cannot render {s!r}")
+
+    def loop(self, s: For, depth: int, in_parallel: bool) -> None:
+        extent = self.expr(s.extent)
+        if s.kind.startswith(("threadIdx", "blockIdx")):
+            if self.numba:
+                raise ScheduleError(f"loop {s.var} is bound to {s.kind}, which the cpu target does not have; remove the bind")
+            self.emit(f"for {s.var} in range({extent}):  # bound to {s.kind}", depth)
+            self.stmt(s.body, depth + 1, in_parallel)
+            return
+        if self.numba and s.kind == "unroll" and isinstance(s.extent, Const):
+            for k in range(int(s.extent.value)):
+                self.stmt(_subst_stmt(s.body, s.var, Const(k)), depth, in_parallel)
+            return
+        if self.numba and s.kind == "parallel":
+            self.emit(f"for {s.var} in prange({extent}):", depth)
+        else:
+            note = f"  # {s.kind}" if s.kind != "serial" and not self.numba else ""
+            self.emit(f"for {s.var} in range({extent}):{note}", depth)
+        self.stmt(s.body, depth + 1, in_parallel or s.kind == "parallel")
+
+    def alloc(self, s: Alloc, depth: int, in_parallel: bool) -> None:
+        b = s.buffer
+        self.buffers[b.name] = b
+        if not self.numba:
+            self.emit(f"{b.name} = allocate({b.dtype}[{', '.join(map(str, b.shape))}], scope={b.scope!r})", depth)
+        elif b.scope == "local":
+            self.emit(f"{b.name} = carray(stack_empty({b.size}, np.{b.dtype}), ({b.size},))", depth)
+        elif in_parallel:
+            self.emit(f"{b.name} = np.empty({b.size}, np.{b.dtype})", depth)
+        else:
+            self.hoisted.append(f"{b.name} = np.empty({b.size}, np.{b.dtype})")
+        self.stmt(s.body, depth, in_parallel)
+
+
+def _subst_stmt(s: Stmt, var: str, value: Expr) -> Stmt:
+    m = {var: value}
+    if isinstance(s, Seq):
+        return Seq(tuple(_subst_stmt(c, var, value) for c in s.body))
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(simplify(substitute(i, m)) for i in s.indices), _subst_expr(s.value, m))
+    if isinstance(s, If):
+        orelse = None if s.orelse is None else _subst_stmt(s.orelse, var, value)
+        return If(simplify(_subst_expr(s.cond, m)), _subst_stmt(s.then, var, value), orelse)
+    if isinstance(s, For):
+        return For(s.var, simplify(substitute(s.extent, m)), s.kind, _subst_stmt(s.body, var, value))
+    if isinstance(s, Alloc):
+        return Alloc(s.buffer, _subst_stmt(s.body, var, value))
+    return s
+
+
+def _subst_expr(e: Expr, m: dict[str, Expr]) -> Expr:
+    from ..te.expr import transform
+
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, Var) and x.name in m:
+            return m[x.name]
+        if isinstance(x, Load):
+            return Load(x.buffer, tuple(simplify(_subst_expr(i, m)) for i in x.indices), x.dtype)
+        return None
+
+    return simplify(transform(e, fn))
+
+
+def render(func: LoweredFunc, flavour: str = "print") -> str:
+    """The kernel as Python source (``"numba"``) or as a readable loop nest (``"print"``)."""
+    r = _Renderer(func, flavour)
+    r.stmt(func.body, 1, False)
+    params = ", ".join(b.name for b in func.args)
+    head = [f"def {func.name}({params}):"]
+    if not r.numba:
+        head += [f"    # {b.name}: {b.dtype}[{', '.join(map(str, b.shape))}]" for b in func.args]
+    body = ["    " + h for h in r.hoisted] + r.lines
+    return "\n".join(head + body) + "\n"

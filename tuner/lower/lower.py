@@ -1,0 +1,316 @@
+"""Lowering: expression + schedule -> loop-nest IR.
+
+For each stage, in dependency order, lowering makes one loop per leaf axis,
+recovers the original axis values from the loop variables (``i = i_o*8 + i_i``),
+adds bounds for splits that no factor divides (tightening the inner loop to
+``min(8, M - i_o*8)`` where it can, an ``if`` where it cannot), places the
+reduction's initialisation just above its outermost reduction loop, and
+inserts the stages computed at a loop (``compute_at``) at the top of that
+loop's body, sized by bounds inference to the region used inside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..schedule.schedule import Schedule
+from ..schedule.state import ScheduleError, Stage, State
+from ..te.dtypes import is_float
+from ..te.expr import (
+    Binary,
+    Const,
+    Expr,
+    IterVar,
+    Reduce,
+    TensorRead,
+    Var,
+    substitute,
+    transform,
+    walk,
+)
+from ..te.tensor import ComputeOp, Tensor
+from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
+from .simplify import Ranges, linear, simplify
+
+__all__ = ["LoweredFunc", "lower"]
+
+
+@dataclass(frozen=True)
+class LoweredFunc:
+    """A kernel as a loop nest: its arguments (in call order) and body."""
+
+    name: str
+    args: tuple[Buffer, ...]
+    body: Stmt
+
+    def __str__(self) -> str:
+        from .printer import render
+
+        return render(self)
+
+
+def identity(combiner: str, dtype: str) -> Const:
+    if combiner == "sum":
+        return Const(0.0 if is_float(dtype) else 0, dtype)
+    big = {"int8": 127, "int32": 2**31 - 1, "int64": 2**63 - 1}
+    if is_float(dtype):
+        return Const(-math.inf if combiner == "max" else math.inf, dtype)
+    return Const(-big[dtype] - 1 if combiner == "max" else big[dtype], dtype)
+
+
+@dataclass
+class Cache:
+    """A compact buffer: reads of ``source`` at ``idx`` go to ``buffer`` at leaf(idx - base)."""
+
+    buffer: Buffer
+    base: tuple[Expr, ...]
+    stage: Stage
+    root_extents: tuple[int, ...]
+
+
+@dataclass
+class Env:
+    ranges: Ranges = field(default_factory=dict)
+    parallel: str = ""
+    caches: dict[str, Cache] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+
+    def child(self) -> Env:
+        return Env(dict(self.ranges), self.parallel, dict(self.caches), set(self.names))
+
+
+def _int(e: Expr, what: str) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    raise ScheduleError(f"{what} has symbolic extent {e!r}; building needs concrete extents")
+
+
+def _leaf_extents(stage: Stage, root: dict[str, int]) -> dict[str, int]:
+    ext = dict(root)
+    for rel in stage.relations:
+        if rel.kind == "split":
+            parent = ext[rel.parents[0]]
+            factor = _int(rel.factor, f"split of {rel.parents[0]}")
+            ext[rel.children[0]] = -(-parent // factor)
+            ext[rel.children[1]] = factor
+        else:
+            ext[rel.children[0]] = ext[rel.parents[0]] * ext[rel.parents[1]]
+    return ext
+
+
+def _root_values(stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, int]) -> tuple[dict[str, Expr], list[tuple[Expr, int]]]:
+    """Axis values from loop variables, and the bounds (``value < extent``) splits need."""
+    val = dict(leaf_vars)
+    conds: list[tuple[Expr, int]] = []
+    for rel in reversed(stage.relations):
+        if rel.kind == "split":
+            outer, inner = rel.children
+            parent = rel.parents[0]
+            val[parent] = val[outer] * ext[inner] + val[inner]
+            if ext[outer] * ext[inner] != ext[parent]:
+                conds.append((val[parent], ext[parent]))
+        else:
+            fused = val[rel.children[0]]
+            inner_ext = ext[rel.parents[1]]
+            val[rel.parents[0]] = fused // inner_ext
+            val[rel.parents[1]] = fused % inner_ext
+    return {r: val[r] for r in stage.root}, conds
+
+
+def _forward(stage: Stage, rel_idx: dict[str, Expr], ext: dict[str, int]) -> tuple[Expr, ...]:
+    """Leaf coordinates of a root coordinate (the packed layout of a cache)."""
+    val = dict(rel_idx)
+    for rel in stage.relations:
+        if rel.kind == "split":
+            f = ext[rel.children[1]]
+            val[rel.children[0]] = val[rel.parents[0]] // f
+            val[rel.children[1]] = val[rel.parents[0]] % f
+        else:
+            val[rel.children[0]] = val[rel.parents[0]] * ext[rel.parents[1]] + val[rel.parents[1]]
+    return tuple(val[leaf] for leaf in stage.leaves)
+
+
+class _Lowerer:
+    def __init__(self, state: State, args: list[Tensor]):
+        self.state = state
+        self.bodies = _inline(state)
+        self.temps: list[Buffer] = []
+        self.arg_names = [t.name for t in args]
+        self.shapes = {t.name: t.shape_ints for t in state.inputs}
+        for s in state.stages:
+            self.shapes[s.name] = s.tensor.shape_ints
+        self._check_attachments()
+
+    def _check_attachments(self) -> None:
+        for s in self.state.stages:
+            if s.origin == "cache_write" and s.attach.kind != "at":
+                raise ScheduleError(f"cache {s.name} must be computed at a loop of {s.source} (compute_at)")
+            if s.attach.kind == "at" and s.origin != "cache_write":
+                readers = [c.name for c in self.state.stages if s.name in self._reads(c) and c.attach.kind != "inline"]
+                others = [r for r in readers if r != s.attach.parent and not self._inside(r, s.attach.parent)]
+                if others:
+                    raise ScheduleError(
+                        f"compute_at({s.name}, {s.attach.parent}): {s.name} is also read by "
+                        f"{', '.join(others)}; compute it at the root instead"
+                    )
+            if s.is_output and s.name not in self.arg_names:
+                raise ScheduleError(f"output {s.name} is not in the argument list")
+
+    def _inside(self, name: str, parent: str) -> bool:
+        st = self.state.stage(name)
+        while st.attach.kind == "at":
+            if st.attach.parent == parent:
+                return True
+            st = self.state.stage(st.attach.parent)
+        return False
+
+    def _reads(self, stage: Stage) -> set[str]:
+        return {n.tensor.name for n in walk(self.bodies[stage.name]) if isinstance(n, TensorRead)}
+
+    # -- reads -------------------------------------------------------------
+    def load(self, read: TensorRead, env: Env) -> Expr:
+        idx = tuple(simplify(self.expr(i, env), env.ranges) for i in read.indices)
+        name = read.tensor.name
+        cache = env.caches.get(name)
+        if cache is None:
+            return Load(name, idx, read.dtype)
+        rel = {r: simplify(i - b, env.ranges) for r, i, b in zip(cache.stage.root, idx, cache.base, strict=True)}
+        ext = _leaf_extents(cache.stage, dict(zip(cache.stage.root, cache.root_extents, strict=True)))
+        leaf_idx = tuple(simplify(e, env.ranges) for e in _forward(cache.stage, rel, ext))
+        return Load(cache.buffer.name, leaf_idx, read.dtype)
+
+    def expr(self, e: Expr, env: Env) -> Expr:
+        return transform(e, lambda n: self.load(n, env) if isinstance(n, TensorRead) else None)
+
+    # -- stages ------------------------------------------------------------
+    def lower_root(self) -> Stmt:
+        env = Env()
+        stmts: list[Stmt] = []
+        for s in self.state.stages:
+            if s.attach.kind == "root":
+                stmts.append(self.stage_nest(s, env, None))
+                if s.origin == "cache_read":
+                    env.caches[s.name] = self._root_cache(s)
+        body = seq(stmts)
+        for s in self.state.stages:
+            if s.attach.kind != "inline" and s.origin == "compute" and s.name not in self.arg_names:
+                body = Alloc(Buffer(s.name, self.shapes[s.name], s.tensor.dtype), body)
+        for s in self.state.stages:
+            if s.attach.kind == "root" and s.origin == "cache_read":
+                body = Alloc(env.caches[s.name].buffer, body)
+        return body
+
+    def _root_cache(self, s: Stage) -> Cache:
+        shape = self.shapes[s.source]
+        ext = _leaf_extents(s, dict(zip(s.root, shape, strict=True)))
+        buf = Buffer(s.name, tuple(ext[leaf] for leaf in s.leaves), s.tensor.dtype, s.scope)
+        return Cache(buf, tuple(Const(0) for _ in shape), s, shape)
+
+    def stage_nest(self, stage: Stage, env: Env, region: tuple[tuple[Expr, ...], tuple[int, ...]] | None, write_back: bool = False) -> Stmt:
+        body_expr = self.bodies[stage.name]
+        shape = self.shapes[stage.source if stage.origin != "compute" else stage.name]
+        base, widths = region if region else (tuple(Const(0) for _ in shape), shape)
+        op_axes = [a.name for a in stage.tensor.op.axis]  # type: ignore[union-attr]
+        reduce_axes = [a.name for a in stage.tensor.op.reduce_axis]  # type: ignore[union-attr]
+        root_ext = dict(zip(op_axes, widths, strict=True))
+        for a in reduce_axes:
+            root_ext[a] = _int(stage.axis(a).extent, f"reduce axis {a}")
+        ext = _leaf_extents(stage, root_ext)
+        env = env.child()
+        names: dict[str, Var] = {}
+        for leaf in stage.leaves:
+            name = leaf if leaf not in env.names else f"{stage.name}_{leaf}"
+            names[leaf] = Var(name)
+            env.names.add(name)
+        rel_vals, conds = _root_values(stage, dict(names), ext)
+        absolute = {a: simplify(b + rel_vals[a]) for a, b in zip(op_axes, base, strict=True)}
+        for a in reduce_axes:
+            absolute[a] = rel_vals[a]
+        if region:
+            for a, dim in zip(op_axes, shape, strict=True):
+                conds.append((absolute[a], dim))
+                conds.append((Const(-1) - absolute[a], 1))  # absolute >= 0
+        return _NestBuilder(self, stage, env, names, ext, absolute, conds, body_expr, write_back).build()
+
+    def region(self, producer: Stage, consumer: Stage, exprs: list[tuple[Expr, ...]], inner: dict[str, int], env: Env) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
+        """Bounds inference: the box of ``producer`` that ``exprs`` touch while ``inner`` loops run."""
+        shape = self.shapes[producer.source if producer.origin != "compute" else producer.name]
+        bases: list[Expr] = []
+        widths: list[int] = []
+        for d, dim in enumerate(shape):
+            lo_base: Expr | None = None
+            lo = hi = None
+            ok = True
+            for idx in exprs:
+                lin = linear(simplify(idx[d], env.ranges))
+                off_lo = off_hi = lin.const
+                outer_terms = {}
+                for atom, c in lin.terms.items():
+                    free = {v.name for v in walk(atom) if isinstance(v, Var)}
+                    if free & set(inner):
+                        if not isinstance(atom, Var):
+                            ok = False
+                            break
+                        off_lo += min(0, c * (inner[atom.name] - 1))
+                        off_hi += max(0, c * (inner[atom.name] - 1))
+                    else:
+                        outer_terms[atom] = c
+                if not ok:
+                    break
+                from .simplify import Linear, _render
+
+                b = simplify(_render(Linear(outer_terms, 0)))
+                if lo_base is None:
+                    lo_base, lo, hi = b, off_lo, off_hi
+                elif b == lo_base:
+                    lo, hi = min(lo, off_lo), max(hi, off_hi)  # type: ignore[type-var]
+                else:
+                    ok = False
+                    break
+            if not ok or lo_base is None or lo is None or hi is None:
+                bases.append(Const(0))
+                widths.append(dim)
+            else:
+                bases.append(simplify(lo_base + lo))
+                widths.append(min(hi - lo + 1, dim))
+        return tuple(bases), tuple(widths)
+
+
+def _inline(state: State) -> dict[str, Expr]:
+    """Each stage's body with inlined stages substituted in."""
+    bodies: dict[str, Expr] = {}
+    inlined: dict[str, tuple[tuple[str, ...], Expr]] = {}
+    for s in state.stages:
+        op = s.tensor.op
+        assert isinstance(op, ComputeOp)
+
+        def sub(e: Expr) -> Expr | None:
+            if isinstance(e, TensorRead) and e.tensor.name in inlined:
+                params, body = inlined[e.tensor.name]
+                idx = [transform(i, sub) for i in e.indices]
+                return substitute(body, dict(zip(params, idx, strict=True)))
+            return None
+
+        body = transform(op.body, sub)
+        bodies[s.name] = body
+        if s.attach.kind == "inline":
+            inlined[s.name] = (tuple(a.name for a in op.axis), body)
+    return bodies
+
+
+from .nest import _NestBuilder  # noqa: E402
+
+
+def lower(sched: Schedule, args: list[Tensor], name: str = "kernel") -> LoweredFunc:
+    """Lower ``sched`` to a loop nest whose arguments are ``args`` (inputs and outputs)."""
+    lw = _Lowerer(sched.state, args)
+    body = lw.lower_root()
+    params = tuple(Buffer(t.name, t.shape_ints, t.dtype, "global", True) for t in args)
+    for t in args:
+        if t.name not in lw.shapes:
+            raise ScheduleError(f"argument {t.name} is not part of the scheduled computation")
+    return LoweredFunc(name, params, body)
+
+
+__all__ += ["Binary", "If", "IterVar", "Reduce", "Store", "For"]

@@ -1,0 +1,197 @@
+"""One stage's loop nest: loops, bounds, reduction init, attached stages, caches."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..schedule.state import ScheduleError, Stage
+from ..te.expr import Binary, Const, Expr, Reduce, Var, substitute, walk
+from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
+from .simplify import bounds, linear, simplify
+
+if TYPE_CHECKING:
+    from .lower import Cache, Env, _Lowerer
+
+
+def _free(e: Expr) -> set[str]:
+    return {v.name for v in walk(e) if isinstance(v, Var)}
+
+
+class _NestBuilder:
+    def __init__(
+        self,
+        lw: _Lowerer,
+        stage: Stage,
+        env: Env,
+        names: dict[str, Var],
+        ext: dict[str, int],
+        absolute: dict[str, Expr],
+        conds: list[tuple[Expr, int]],
+        body: Expr,
+        write_back: bool = False,
+    ):
+        self.lw, self.stage, self.env, self.names, self.ext = lw, stage, env, names, ext
+        self.absolute, self.body, self.write_back = absolute, body, write_back
+        self.op_axes = [a.name for a in stage.tensor.op.axis]  # type: ignore[union-attr]
+        self.leaves = stage.leaves
+        kinds = [stage.axis(leaf).kind for leaf in self.leaves]
+        self.first_reduce = kinds.index("reduce") if "reduce" in kinds else None
+        pos = {names[leaf].name: p for p, leaf in enumerate(self.leaves)}
+        self.reduce_vars = {names[leaf].name for leaf in self.leaves if stage.axis(leaf).kind == "reduce"}
+        self.conds: dict[int, list[tuple[Expr, int]]] = {}
+        for e, bound in conds:
+            e = simplify(e)
+            at = max((pos[v] for v in _free(e) if v in pos), default=-1)
+            self.conds.setdefault(at, []).append((e, bound))
+
+    def build(self) -> Stmt:
+        inner = self._loops(0, self.env, "update")
+        guards = [simplify(Binary("sub", e, Const(bound), "int64") < 0) for e, bound in self.conds.get(-1, [])]
+        return _guard(guards, inner)
+
+    def _loops(self, p: int, env: Env, mode: str) -> Stmt:
+        if p == len(self.leaves):
+            return self._store(env, mode)
+        if mode == "update" and p == self.first_reduce:
+            return seq([self._loops(p, env, "init"), self._loop(p, env, "update")])
+        if mode == "init" and self.stage.axis(self.leaves[p]).kind == "reduce":
+            return self._loops(p + 1, env, mode)
+        return self._loop(p, env, mode)
+
+    def _loop(self, p: int, env: Env, mode: str) -> Stmt:
+        leaf = self.leaves[p]
+        axis = self.stage.axis(leaf)
+        var = self.names[leaf]
+        env = env.child()
+        full = self.ext[leaf]
+        env.ranges[var.name] = (0, full - 1)
+        kind = axis.thread or axis.annotation
+        if kind == "parallel":
+            if env.parallel:
+                raise ScheduleError(
+                    f"stage {self.stage.name}: parallel loop {leaf} is nested inside parallel loop {env.parallel}"
+                )
+            env.parallel = var.name
+        extent: Expr = Const(full)
+        guards: list[Expr] = []
+        for e, bound in self.conds.get(p, []):
+            if mode == "init" and _free(e) & self.reduce_vars:
+                continue
+            tight = _tighten(e, bound, var, env)
+            if tight is None:
+                guards.append(simplify(Binary("sub", e, Const(bound), "int64") < 0, env.ranges))
+            elif not (isinstance(tight, Const) and int(tight.value) >= full):
+                extent = simplify(Binary("min", extent, tight, "int64"), env.ranges)
+        stmts: list[Stmt] = []
+        allocs: list[Buffer] = []
+        if mode == "update" and not self.write_back:
+            for child in self.lw.state.stages:
+                if child.attach.kind == "at" and child.attach.parent == self.stage.name and child.attach.axis == leaf:
+                    stmts.extend(self._attached(child, p, env, allocs))
+        inner = self._loops(p + 1, env, mode)
+        local = env.caches.get(self.stage.name)
+        if local is not None and local.buffer.name in {b.name for b in allocs} and local.stage.origin == "cache_write":
+            load_first = self.first_reduce is not None and self.first_reduce < p
+            region = (local.base, local.root_extents)
+            if load_first:
+                stmts.append(self.lw.stage_nest(local.stage, self.env_for(env, drop=local.stage.source), region))
+            stmts.append(inner)
+            stmts.append(self._write_back(local, env))
+            body = seq(stmts)
+        else:
+            body = seq([*stmts, inner])
+        body = _guard(guards, body)
+        for buf in reversed(allocs):
+            body = Alloc(buf, body)
+        return For(var.name, extent, kind, body)
+
+    def env_for(self, env: Env, drop: str) -> Env:
+        e = env.child()
+        e.caches.pop(drop, None)
+        return e
+
+    def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
+        from .lower import Cache
+
+        inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
+        if child.origin == "cache_write":
+            exprs = [tuple(self.absolute[a] for a in self.op_axes)]
+        else:
+            reads = [n for n in walk(self.body) if getattr(n, "tensor", None) is not None and n.tensor.name == child.name]  # type: ignore[attr-defined]
+            exprs = [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]  # type: ignore[attr-defined]
+        base, widths = self.lw.region(child, self.stage, exprs, inner, env)
+        if child.origin == "compute":
+            return [self.lw.stage_nest(child, env, (base, widths))]
+        from .lower import _leaf_extents
+
+        ext = _leaf_extents(child, dict(zip(child.root, widths, strict=True)))
+        buf = Buffer(child.name, tuple(ext[leaf] for leaf in child.leaves), child.tensor.dtype, child.scope)
+        allocs.append(buf)
+        cache = Cache(buf, base, child, widths)
+        if child.origin == "cache_read":
+            nest = self.lw.stage_nest(child, env, (base, widths))
+            env.caches[child.name] = cache
+            return [nest]
+        env.caches[child.source] = cache
+        return []
+
+    def _write_back(self, local: Cache, env: Env) -> Stmt:
+        lw = self.lw
+        e = self.env_for(env, drop=local.stage.source)
+        nest = lw.stage_nest(local.stage, e, (local.base, local.root_extents), write_back=True)
+        return nest
+
+    def _store(self, env: Env, mode: str) -> Stmt:
+        stage = self.stage
+        if stage.origin != "compute":
+            leaf_idx = tuple(self.names[leaf] for leaf in self.leaves)
+            src = tuple(self.absolute[a] for a in self.op_axes)
+            if self.write_back:
+                return Store(stage.source, src, Load(stage.name, leaf_idx, stage.tensor.dtype))
+            return Store(stage.name, leaf_idx, Load(stage.source, src, stage.tensor.dtype))
+        idx = tuple(self.absolute[a] for a in self.op_axes)
+        target = self.lw.load(_read(stage, idx), env)
+        assert isinstance(target, Load)
+        if not isinstance(self.body, Reduce):
+            value = self.lw.expr(substitute(self.body, self.absolute), env)
+            return Store(target.buffer, target.indices, simplify(value, env.ranges))
+        from .lower import identity
+
+        if mode == "init":
+            return Store(target.buffer, target.indices, identity(self.body.combiner, self.body.dtype))
+        src = simplify(self.lw.expr(substitute(self.body.source, self.absolute), env), env.ranges)
+        op = {"sum": "add", "max": "max", "min": "min"}[self.body.combiner]
+        return Store(target.buffer, target.indices, Binary(op, target, src, self.body.dtype))
+
+
+def _read(stage: Stage, idx: tuple[Expr, ...]):  # type: ignore[no-untyped-def]
+    from ..te.expr import TensorRead
+
+    return TensorRead(stage.tensor, idx, stage.tensor.dtype)
+
+
+def _guard(conds: list[Expr], body: Stmt) -> Stmt:
+    live = [c for c in conds if not (isinstance(c, Const) and c.value)]
+    if not live:
+        return body
+    cond = live[0]
+    for c in live[1:]:
+        cond = cond & c
+    return If(cond, body)
+
+
+def _tighten(e: Expr, bound: int, var: Var, env: Env) -> Expr | None:
+    """For ``e < bound`` with ``e = a*var + rest`` (a > 0): the loop bound on ``var``."""
+    lin = linear(e)
+    a = lin.terms.get(var, 0)
+    if a <= 0 or any(var.name in _free(atom) for atom in lin.terms if atom != var):
+        return None
+    from .simplify import Linear, _render
+
+    rest = _render(Linear({k: c for k, c in lin.terms.items() if k != var}, lin.const))
+    limit = (Const(bound + a - 1) - rest) // a if a != 1 else Const(bound) - rest
+    out = simplify(limit, env.ranges)
+    b = bounds(out, env.ranges)
+    if b is not None and b[0] >= env.ranges[var.name][1] + 1:
+        return Const(env.ranges[var.name][1] + 1)
+    return out

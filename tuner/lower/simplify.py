@@ -1,0 +1,194 @@
+"""Simplification of integer index arithmetic, using what is known of loop ranges.
+
+Index expressions are brought to a canonical linear form (a sum of
+``coefficient * atom`` plus a constant). With the ranges of loop variables,
+``(16*jb + ji) // 16`` becomes ``jb`` and ``(16*jb + ji) % 16`` becomes ``ji``
+when ``0 <= ji < 16``, which is what makes packed buffers index cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..te.dtypes import is_int
+from ..te.expr import Binary, Cast, Compare, Const, Expr, Logical, Select, Var, children, transform
+from .ir import Load
+
+__all__ = ["Ranges", "bounds", "linear", "simplify"]
+
+#: Known inclusive integer ranges of variables, by name.
+Ranges = dict[str, tuple[int, int]]
+
+
+@dataclass
+class Linear:
+    terms: dict[Expr, int]
+    const: int
+
+    def add(self, other: Linear, sign: int = 1) -> Linear:
+        terms = dict(self.terms)
+        for atom, c in other.terms.items():
+            terms[atom] = terms.get(atom, 0) + sign * c
+        return Linear({a: c for a, c in terms.items() if c}, self.const + sign * other.const)
+
+    def scale(self, k: int) -> Linear:
+        return Linear({a: c * k for a, c in self.terms.items() if c * k}, self.const * k)
+
+
+def linear(expr: Expr) -> Linear:
+    """``expr`` as ``sum(c * atom) + const``; non-linear parts become atoms."""
+    if isinstance(expr, Const) and is_int(expr.dtype):
+        return Linear({}, int(expr.value))
+    if isinstance(expr, Binary) and is_int(expr.dtype):
+        if expr.op in ("add", "sub"):
+            return linear(expr.a).add(linear(expr.b), 1 if expr.op == "add" else -1)
+        if expr.op == "mul":
+            a, b = linear(expr.a), linear(expr.b)
+            if not b.terms:
+                return a.scale(b.const)
+            if not a.terms:
+                return b.scale(a.const)
+    return Linear({expr: 1}, 0)
+
+
+def _render(lin: Linear, dtype: str = "int64") -> Expr:
+    out: Expr | None = None
+    for atom, c in sorted(lin.terms.items(), key=lambda t: repr(t[0])):
+        term: Expr = atom if c == 1 else Binary("mul", Const(c, dtype), atom, dtype) if c > 0 else atom
+        if c < 0:
+            term = atom if c == -1 else Binary("mul", Const(-c, dtype), atom, dtype)
+            out = Binary("sub", out if out is not None else Const(0, dtype), term, dtype)
+            continue
+        out = term if out is None else Binary("add", out, term, dtype)
+    if out is None:
+        return Const(lin.const, dtype)
+    if lin.const > 0:
+        return Binary("add", out, Const(lin.const, dtype), dtype)
+    if lin.const < 0:
+        return Binary("sub", out, Const(-lin.const, dtype), dtype)
+    return out
+
+
+def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
+    """Inclusive constant bounds of an integer expression, or None if unknown."""
+    if isinstance(expr, Const):
+        return int(expr.value), int(expr.value)
+    if isinstance(expr, Var):
+        return ranges.get(expr.name)
+    if isinstance(expr, Binary) and expr.op in ("floordiv", "mod") and isinstance(expr.b, Const):
+        inner, d = bounds(expr.a, ranges), int(expr.b.value)
+        if d <= 0:
+            return None
+        if expr.op == "mod":
+            return (0, d - 1) if inner is None or inner[0] < 0 else (inner[0] % d, inner[1] % d) if inner[1] - inner[0] < d and inner[0] % d <= inner[1] % d else (0, d - 1)
+        return None if inner is None else (inner[0] // d, inner[1] // d)
+    if isinstance(expr, Binary) and expr.op in ("min", "max"):
+        a, b = bounds(expr.a, ranges), bounds(expr.b, ranges)
+        if a is None or b is None:
+            return None
+        f = min if expr.op == "min" else max
+        return f(a[0], b[0]), f(a[1], b[1])
+    lin = linear(expr)
+    if len(lin.terms) == 1 and next(iter(lin.terms.values())) == 1 and next(iter(lin.terms)) == expr:
+        return None
+    lo = hi = lin.const
+    for atom, c in lin.terms.items():
+        b = bounds(atom, ranges)
+        if b is None:
+            return None
+        lo += min(c * b[0], c * b[1])
+        hi += max(c * b[0], c * b[1])
+    return lo, hi
+
+
+def _divmod(op: str, num: Expr, d: int, ranges: Ranges, dtype: str) -> Expr | None:
+    """``(d*q + r) // d -> q + r // d`` style rewrites, exact when r's range allows."""
+    if d == 1:
+        return num if op == "floordiv" else Const(0, dtype)
+    lin = linear(num)
+    whole = Linear({a: c // d for a, c in lin.terms.items() if c % d == 0}, 0)
+    rest = Linear({a: c for a, c in lin.terms.items() if c % d != 0}, lin.const)
+    q, r = divmod(rest.const, d)
+    whole.const, rest.const = q, r
+    rb = bounds(_render(rest, dtype), ranges)
+    if rb is not None and 0 <= rb[0] and rb[1] < d:
+        if op == "floordiv":
+            return _render(whole, dtype)
+        return _render(rest, dtype)
+    if whole.terms or whole.const:
+        if op == "floordiv":
+            return _render(whole.add(Linear({Binary("floordiv", _render(rest, dtype), Const(d, dtype), dtype): 1}, 0)), dtype)
+        return Binary("mod", _render(rest, dtype), Const(d, dtype), dtype)
+    return None
+
+
+def _fold(e: Expr, ranges: Ranges) -> Expr | None:
+    if isinstance(e, Binary) and is_int(e.dtype):
+        if e.op in ("add", "sub", "mul"):
+            return _render(linear(e), e.dtype)
+        if e.op in ("floordiv", "mod") and isinstance(e.b, Const):
+            d = int(e.b.value)
+            if isinstance(e.a, Const):
+                a = int(e.a.value)
+                return Const(a // d if e.op == "floordiv" else a % d, e.dtype)
+            if d > 0:
+                return _divmod(e.op, e.a, d, ranges, e.dtype)
+        if e.op in ("min", "max"):
+            a, b = bounds(e.a, ranges), bounds(e.b, ranges)
+            if a is not None and b is not None:
+                if (a[1] <= b[0]) == (e.op == "min"):
+                    return e.a
+                if (b[1] <= a[0]) == (e.op == "min"):
+                    return e.b
+    if isinstance(e, Binary) and isinstance(e.a, Const) and isinstance(e.b, Const) and not is_int(e.dtype):
+        return None
+    if isinstance(e, Compare) and is_int(e.a.dtype) and is_int(e.b.dtype):
+        diff = bounds(_render(linear(Binary("sub", e.a, e.b, "int64"))), ranges)
+        if diff is not None:
+            lo, hi = diff
+            truth = {
+                "lt": (hi < 0, lo >= 0),
+                "le": (hi <= 0, lo > 0),
+                "gt": (lo > 0, hi <= 0),
+                "ge": (lo >= 0, hi < 0),
+                "eq": (lo == hi == 0, lo > 0 or hi < 0),
+                "ne": (lo > 0 or hi < 0, lo == hi == 0),
+            }[e.op]
+            if truth[0]:
+                return Const(True, "bool")
+            if truth[1]:
+                return Const(False, "bool")
+    if isinstance(e, Logical):
+        args = [a for a in e.args]
+        if e.op == "and":
+            if any(isinstance(a, Const) and not a.value for a in args):
+                return Const(False, "bool")
+            keep = tuple(a for a in args if not (isinstance(a, Const) and a.value))
+            return Const(True, "bool") if not keep else keep[0] if len(keep) == 1 else Logical("and", keep)
+        if e.op == "or":
+            if any(isinstance(a, Const) and a.value for a in args):
+                return Const(True, "bool")
+            keep = tuple(a for a in args if not (isinstance(a, Const) and not a.value))
+            return Const(False, "bool") if not keep else keep[0] if len(keep) == 1 else Logical("or", keep)
+        if e.op == "not" and isinstance(args[0], Const):
+            return Const(not args[0].value, "bool")
+    if isinstance(e, Select) and isinstance(e.cond, Const):
+        return e.true_value if e.cond.value else e.false_value
+    if isinstance(e, Cast) and isinstance(e.value, Const) and is_int(e.dtype) and is_int(e.value.dtype):
+        return Const(int(e.value.value), e.dtype)
+    return None
+
+
+def simplify(expr: Expr, ranges: Ranges | None = None) -> Expr:
+    """Simplify bottom-up; ``ranges`` gives the inclusive bounds of loop variables."""
+    r = ranges or {}
+
+    def go(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return Load(e.buffer, tuple(go(i) for i in e.indices), e.dtype)
+        if children(e):
+            e = transform(e, lambda x: None if x is e else go(x))
+        folded = _fold(e, r)
+        return e if folded is None else folded
+
+    return go(expr)

@@ -1,0 +1,387 @@
+"""The state a trace builds, and the one pure function that applies a step.
+
+``apply_step(state, step)`` either returns a new state or raises
+:class:`ScheduleError` naming the step and the reason. Every legality rule is
+one ``check(cond, why)`` line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..te.expr import Const, Expr, IterVar, TensorRead, transform
+from ..te.tensor import ComputeOp, Tensor
+from .steps import (
+    ANNOTATIONS,
+    SCOPES,
+    THREAD_TAGS,
+    Annotate,
+    Bind,
+    CacheRead,
+    CacheWrite,
+    ComputeAt,
+    ComputeInline,
+    ComputeRoot,
+    Fuse,
+    Reorder,
+    Split,
+    Step,
+)
+
+__all__ = ["MAX_UNROLL", "Attach", "Axis", "Relation", "ScheduleError", "Stage", "State", "apply_step"]
+
+#: Unrolling more than this many iterations only bloats compile time.
+MAX_UNROLL = 256
+
+
+class ScheduleError(ValueError):
+    """An illegal schedule; the message names the step and the reason."""
+
+
+class _Illegal(Exception):
+    pass
+
+
+def check(cond: bool, why: str) -> None:
+    if not cond:
+        raise _Illegal(why)
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    extent: Expr
+    kind: str  # "spatial" or "reduce"
+    annotation: str = "serial"
+    thread: str | None = None
+
+
+@dataclass(frozen=True)
+class Relation:
+    """``split``: parents=(x,), children=(outer, inner); ``fuse``: parents=(outer, inner)."""
+
+    kind: str
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+    factor: Expr  # inner extent
+
+
+@dataclass(frozen=True)
+class Attach:
+    kind: str = "root"  # "root", "inline" or "at"
+    parent: str = ""
+    axis: str = ""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One loop nest: the tensor it writes and how its loops are arranged."""
+
+    name: str
+    tensor: Tensor
+    origin: str  # "compute", "cache_read" or "cache_write"
+    root: tuple[str, ...]
+    axes: tuple[Axis, ...]
+    leaves: tuple[str, ...]
+    relations: tuple[Relation, ...] = ()
+    attach: Attach = Attach()
+    scope: str = "global"
+    source: str = ""  # the cached tensor, for cache stages
+    is_output: bool = False
+
+    def axis(self, name: str) -> Axis:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def op(self) -> ComputeOp:
+        assert isinstance(self.tensor.op, ComputeOp)
+        return self.tensor.op
+
+    def reads(self) -> set[str]:
+        return {t.name for t in self.op.inputs}
+
+    def _set_axis(self, axis: Axis) -> Stage:
+        return replace(self, axes=tuple(axis if a.name == axis.name else a for a in self.axes))
+
+
+@dataclass(frozen=True)
+class State:
+    stages: tuple[Stage, ...]  # producers before consumers
+    inputs: tuple[Tensor, ...]
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise _Illegal(f"there is no stage named {name!r}")
+
+    def has(self, name: str) -> bool:
+        return any(s.name == name for s in self.stages)
+
+    def with_stage(self, stage: Stage) -> State:
+        return replace(self, stages=tuple(stage if s.name == stage.name else s for s in self.stages))
+
+    def consumers(self, name: str) -> list[Stage]:
+        return [s for s in self.stages if name in s.reads() and s.origin != "cache_write"]
+
+
+def _fresh(stage: Stage, name: str) -> str:
+    taken = {a.name for a in stage.axes}
+    if name not in taken:
+        return name
+    n = 1
+    while f"{name}{n}" in taken:
+        n += 1
+    return f"{name}{n}"
+
+
+def _leaf(stage: Stage, axis: str) -> Axis:
+    if axis in stage.leaves:
+        return stage.axis(axis)
+    known = {a.name for a in stage.axes}
+    check(
+        axis not in known,
+        f"axis {axis} of stage {stage.name} was already split or fused; use the axes that replaced it",
+    )
+    raise _Illegal(f"{axis} is not an axis of stage {stage.name} (axes: {', '.join(stage.leaves)})")
+
+
+def _int(e: Expr) -> int | None:
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def _ceildiv(a: Expr, b: int) -> Expr:
+    value = _int(a)
+    if value is not None:
+        return Const(-(-value // b))
+    return (a + (b - 1)) // b
+
+
+def _split(state: State, st: Split) -> State:
+    stage = state.stage(st.stage)
+    ax = _leaf(stage, st.axis)
+    check((st.factor is None) != (st.nparts is None), "give exactly one of factor and nparts")
+    amount = st.factor if st.factor is not None else st.nparts
+    check(isinstance(amount, int) and amount > 0, f"the split amount must be a positive integer, got {amount!r}")
+    assert amount is not None
+    if st.factor is not None:
+        factor, outer_ext = Const(amount), _ceildiv(ax.extent, amount)
+    else:
+        inner = _ceildiv(ax.extent, amount)
+        inner_int = _int(inner)
+        factor = inner
+        outer_ext = Const(amount) if inner_int is None else _ceildiv(ax.extent, inner_int)
+    outer = Axis(_fresh(stage, f"{ax.name}_o"), outer_ext, ax.kind)
+    inner_axis = Axis(_fresh(replace(stage, axes=(*stage.axes, outer)), f"{ax.name}_i"), factor, ax.kind)
+    pos = stage.leaves.index(ax.name)
+    leaves = (*stage.leaves[:pos], outer.name, inner_axis.name, *stage.leaves[pos + 1 :])
+    rel = Relation("split", (ax.name,), (outer.name, inner_axis.name), factor)
+    stage = replace(
+        stage,
+        axes=(*stage.axes, outer, inner_axis),
+        leaves=leaves,
+        relations=(*stage.relations, rel),
+    )
+    return _move_attachments(state.with_stage(stage), stage.name, ax.name, inner_axis.name)
+
+
+def _move_attachments(state: State, parent: str, old: str, new: str) -> State:
+    """Stages computed at a loop that was split now sit at its inner loop."""
+    for s in state.stages:
+        if s.attach.kind == "at" and s.attach.parent == parent and s.attach.axis == old:
+            state = state.with_stage(replace(s, attach=Attach("at", parent, new)))
+    return state
+
+
+def _fuse(state: State, st: Fuse) -> State:
+    stage = state.stage(st.stage)
+    check(len(st.axes) >= 2, "fuse needs at least two axes")
+    axes = [_leaf(stage, a) for a in st.axes]
+    check(len(set(st.axes)) == len(st.axes), "an axis is named twice")
+    pos = [stage.leaves.index(a) for a in st.axes]
+    check(pos == list(range(pos[0], pos[0] + len(pos))), "fused axes must be adjacent loops, outermost first")
+    check(len({a.kind for a in axes}) == 1, "cannot fuse a reduction axis with a spatial axis")
+    while len(axes) > 1:
+        outer, inner = axes[0], axes[1]
+        extent = Const(_int(outer.extent) * _int(inner.extent)) if _int(outer.extent) and _int(inner.extent) else outer.extent * inner.extent  # type: ignore[operator]
+        fused = Axis(_fresh(stage, f"{outer.name}_{inner.name}_f"), extent, outer.kind)
+        p = stage.leaves.index(outer.name)
+        stage = replace(
+            stage,
+            axes=(*stage.axes, fused),
+            leaves=(*stage.leaves[:p], fused.name, *stage.leaves[p + 2 :]),
+            relations=(*stage.relations, Relation("fuse", (outer.name, inner.name), (fused.name,), inner.extent)),
+        )
+        state = _move_attachments(state.with_stage(stage), stage.name, inner.name, fused.name)
+        state = _move_attachments(state, stage.name, outer.name, fused.name)
+        axes = [fused, *axes[2:]]
+    return state
+
+
+def _reorder(state: State, st: Reorder) -> State:
+    stage = state.stage(st.stage)
+    for a in st.axes:
+        _leaf(stage, a)
+    check(len(set(st.axes)) == len(st.axes), "an axis is named twice")
+    slots = sorted(stage.leaves.index(a) for a in st.axes)
+    leaves = list(stage.leaves)
+    for slot, name in zip(slots, st.axes, strict=True):
+        leaves[slot] = name
+    return state.with_stage(replace(stage, leaves=tuple(leaves)))
+
+
+def _annotate(state: State, st: Annotate) -> State:
+    stage = state.stage(st.stage)
+    ax = _leaf(stage, st.axis)
+    check(st.annotation in ANNOTATIONS, f"unknown annotation {st.annotation!r}; use one of {ANNOTATIONS}")
+    if st.annotation == "parallel":
+        check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; parallel updates would race")
+        others = [a.name for a in stage.axes if a.annotation == "parallel" and a.name != ax.name]
+        check(not others, f"stage {stage.name} already has parallel axis {', '.join(others)}")
+    if st.annotation == "vectorize":
+        check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; vectorizing it would reorder the reduction")
+        check(_int(ax.extent) is not None, f"axis {ax.name} has a symbolic extent; only constant loops vectorize")
+    if st.annotation == "unroll":
+        extent = _int(ax.extent)
+        check(extent is not None, f"axis {ax.name} has a symbolic extent; only constant loops unroll")
+        check(extent is not None and extent <= MAX_UNROLL, f"axis {ax.name} has {extent} iterations; unroll at most {MAX_UNROLL}")
+    return state.with_stage(stage._set_axis(replace(ax, annotation=st.annotation)))
+
+
+def _bind(state: State, st: Bind) -> State:
+    stage = state.stage(st.stage)
+    ax = _leaf(stage, st.axis)
+    check(st.thread in THREAD_TAGS, f"unknown thread tag {st.thread!r}; use one of {', '.join(THREAD_TAGS)}")
+    check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; binding it to threads would race")
+    used = [a.name for a in stage.axes if a.thread == st.thread]
+    check(not used, f"{st.thread} is already bound to axis {', '.join(used)}")
+    return state.with_stage(stage._set_axis(replace(ax, thread=st.thread)))
+
+
+def _ancestors(state: State, stage: Stage) -> list[str]:
+    """Stages whose loops enclose ``stage`` (through compute_at), innermost first."""
+    out, cur = [], stage
+    while cur.attach.kind == "at":
+        out.append(cur.attach.parent)
+        cur = state.stage(cur.attach.parent)
+    return out
+
+
+def _compute_at(state: State, st: ComputeAt) -> State:
+    stage, parent = state.stage(st.stage), state.stage(st.parent)
+    check(not stage.is_output, f"stage {stage.name} is an output; outputs are computed at the root")
+    check(stage.attach.kind != "inline", f"stage {stage.name} was inlined")
+    if stage.origin == "cache_write":
+        check(parent.name == stage.source, f"cache {stage.name} can only be computed inside {stage.source}")
+    else:
+        check(stage.name in parent.reads(), f"stage {parent.name} does not read {stage.name}; compute_at needs a consumer")
+    _leaf(parent, st.axis)
+    check(stage.name not in _ancestors(state, parent), f"stage {parent.name} is already computed inside {stage.name}")
+    return state.with_stage(replace(stage, attach=Attach("at", parent.name, st.axis)))
+
+
+def _compute_inline(state: State, st: ComputeInline) -> State:
+    stage = state.stage(st.stage)
+    check(stage.origin == "compute", f"cache stage {stage.name} cannot be inlined")
+    check(not stage.is_output, f"stage {stage.name} is an output and must be stored")
+    check(not stage.op.reduce_axis, f"stage {stage.name} is a reduction and cannot be inlined")
+    inner = [s.name for s in state.stages if s.attach.kind == "at" and s.attach.parent == stage.name]
+    check(not inner, f"stages {', '.join(inner)} are computed inside {stage.name}")
+    return state.with_stage(replace(stage, attach=Attach("inline")))
+
+
+def _compute_root(state: State, st: ComputeRoot) -> State:
+    stage = state.stage(st.stage)
+    return state.with_stage(replace(stage, attach=Attach()))
+
+
+def _copy_stage(name: str, source: Tensor, origin: str, scope: str) -> Stage:
+    """A stage that copies ``source``; its axes take the names of the source's axes."""
+    src_op = source.op
+    labels = [a.name for a in src_op.axis] if isinstance(src_op, ComputeOp) else []
+    if len(labels) != source.ndim:
+        labels = [f"ax{d}" for d in range(source.ndim)]
+    axis = tuple(IterVar(n, e, "spatial") for n, e in zip(labels, source.shape, strict=True))
+    copy = Tensor(name, source.shape, source.dtype, ComputeOp(name, axis, source[axis]))
+    axes = tuple(Axis(a.name, a.extent, "spatial") for a in axis)
+    names = tuple(a.name for a in axes)
+    return Stage(name, copy, origin, names, axes, names, scope=scope, source=source.name)
+
+
+def _cache_read(state: State, st: CacheRead) -> State:
+    check(st.scope in SCOPES, f"unknown scope {st.scope!r}; use one of {', '.join(SCOPES)}")
+    source = _tensor(state, st.tensor)
+    name = f"{st.tensor}_{st.scope}"
+    check(not state.has(name), f"tensor {st.tensor} already has a {st.scope} cache")
+    check(bool(st.readers), "name at least one reader")
+    for r in st.readers:
+        check(st.tensor in state.stage(r).reads(), f"stage {r} does not read {st.tensor}")
+    cache = _copy_stage(name, source, "cache_read", st.scope)
+    stages = []
+    for s in state.stages:
+        if s.name in st.readers:
+            s = replace(s, tensor=_redirect(s.tensor, st.tensor, cache.tensor))
+        stages.append(s)
+        if s.name == st.tensor:
+            stages.append(cache)
+    if not state.has(st.tensor):
+        stages.insert(0, cache)
+    return replace(state, stages=tuple(stages))
+
+
+def _cache_write(state: State, st: CacheWrite) -> State:
+    check(st.scope in SCOPES, f"unknown scope {st.scope!r}; use one of {', '.join(SCOPES)}")
+    stage = state.stage(st.tensor)
+    check(stage.origin == "compute", f"stage {stage.name} is a cache itself")
+    name = f"{st.tensor}_{st.scope}"
+    check(not state.has(name), f"tensor {st.tensor} already has a {st.scope} cache")
+    cache = _copy_stage(name, stage.tensor, "cache_write", st.scope)
+    pos = state.stages.index(stage)
+    return replace(state, stages=(*state.stages[: pos + 1], cache, *state.stages[pos + 1 :]))
+
+
+def _tensor(state: State, name: str) -> Tensor:
+    for t in state.inputs:
+        if t.name == name:
+            return t
+    return state.stage(name).tensor
+
+
+def _redirect(tensor: Tensor, old: str, new: Tensor) -> Tensor:
+    op = tensor.op
+    assert isinstance(op, ComputeOp)
+
+    def swap(e: Expr) -> Expr | None:
+        if isinstance(e, TensorRead) and e.tensor.name == old:
+            return TensorRead(new, tuple(transform(i, swap) for i in e.indices), e.dtype)
+        return None
+
+    return replace(tensor, op=ComputeOp(op.name, op.axis, transform(op.body, swap)))
+
+
+_APPLY = {
+    Split: _split,
+    Fuse: _fuse,
+    Reorder: _reorder,
+    Annotate: _annotate,
+    Bind: _bind,
+    ComputeAt: _compute_at,
+    ComputeInline: _compute_inline,
+    ComputeRoot: _compute_root,
+    CacheRead: _cache_read,
+    CacheWrite: _cache_write,
+}
+
+
+def apply_step(state: State, step: Step) -> State:
+    """Apply one step; raise ScheduleError('<step>: <reason>') if it is illegal."""
+    try:
+        if not isinstance(step, CacheRead | ComputeRoot) and hasattr(step, "stage"):
+            stage = state.stage(step.stage)
+            check(stage.attach.kind != "inline", f"stage {stage.name} was inlined")
+        return _APPLY[type(step)](state, step)  # type: ignore[operator]
+    except _Illegal as exc:
+        raise ScheduleError(f"{step.describe()}: {exc}") from None
