@@ -79,12 +79,15 @@ class Kernel:
                     f"argument {buf.name} must be {buf.dtype}{list(buf.shape)}, got {a.dtype}{list(a.shape)}"
                 )
             if not a.flags.c_contiguous:
-                raise TypeError(f"argument {buf.name} must be C-contiguous (use np.ascontiguousarray)")
+                raise TypeError(
+                    f"argument {buf.name} must be C-contiguous (use np.ascontiguousarray)"
+                )
             flat.append(a.reshape(-1))
         if self._threads:
             import numba
 
-            numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
+            numba_config: Any = numba.config
+            numba.set_num_threads(min(self._threads, int(numba_config.NUMBA_NUM_THREADS)))
         self._fn(*flat)
 
 
@@ -133,21 +136,27 @@ def _module_source(func: LoweredFunc, body: str, vec: str, options: BuildOptions
         f"@numba.njit(numba.void({sig}), cache={options.cache}, parallel={parallel}, "
         f"fastmath={fm}, error_model='numpy', boundscheck=False)\n"
     )
-    header = _HEADER.format(what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__)
+    header = _HEADER.format(
+        what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
+    )
     return header + deco + body
 
 
 @contextlib.contextmanager
 def _llvm_flags(vec: str) -> Iterator[None]:
     """Numba reads its vectorizer switches at each compile; set them for this one."""
-    from numba.core import config
+    from numba.core import config as numba_config
 
+    config: Any = numba_config  # Numba's settings are module attributes, set at import time
     saved = (config.SLP_VECTORIZE, config.LOOP_VECTORIZE)
-    config.SLP_VECTORIZE, config.LOOP_VECTORIZE = (1, 0) if vec == "slp" else (0, 1)
+    slp, loop = (1, 0) if vec == "slp" else (0, 1)
+    config.SLP_VECTORIZE = slp
+    config.LOOP_VECTORIZE = loop
     try:
         yield
     finally:
-        config.SLP_VECTORIZE, config.LOOP_VECTORIZE = saved
+        config.SLP_VECTORIZE = saved[0]
+        config.LOOP_VECTORIZE = saved[1]
 
 
 def _import(path: Path, name: str, source: str, vec: str) -> ModuleType:
@@ -156,13 +165,20 @@ def _import(path: Path, name: str, source: str, vec: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     lines = source.splitlines(keepends=True)
     linecache.cache[str(path)] = (len(source), None, lines, str(path))
-    with _LOCK, _llvm_flags(vec):
-        spec.loader.exec_module(module)
+    # Numba records the defining module's name for its disk cache: register first.
     sys.modules[name] = module
+    try:
+        with _LOCK, _llvm_flags(vec):
+            spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 
-def compile_lowered(func: LoweredFunc, target: Target, options: BuildOptions = BuildOptions()) -> Kernel:
+def compile_lowered(
+    func: LoweredFunc, target: Target, options: BuildOptions = BuildOptions()
+) -> Kernel:
     body = render(func, "numba")
     vec = _vectorizer(func, options)
     source = _module_source(func, body, vec, options)

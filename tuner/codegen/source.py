@@ -21,7 +21,15 @@ from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Select,
 
 __all__ = ["render"]
 
-_BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+_BINOPS = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+}
 _CMPOPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
@@ -109,7 +117,13 @@ class _Renderer:
         elif isinstance(s, Store):
             target = f"{s.buffer}[{self.index(s.buffer, s.indices)}]"
             v = s.value
-            if isinstance(v, Binary) and v.op == "add" and isinstance(v.a, Load) and v.a.buffer == s.buffer and v.a.indices == s.indices:
+            if (
+                isinstance(v, Binary)
+                and v.op == "add"
+                and isinstance(v.a, Load)
+                and v.a.buffer == s.buffer
+                and v.a.indices == s.indices
+            ):
                 self.emit(f"{target} += {self.expr(v.b)}", depth)
             else:
                 self.emit(f"{target} = {self.expr(v)}", depth)
@@ -130,7 +144,9 @@ class _Renderer:
         extent = self.expr(s.extent)
         if s.kind.startswith(("threadIdx", "blockIdx")):
             if self.numba:
-                raise ScheduleError(f"loop {s.var} is bound to {s.kind}, which the cpu target does not have; remove the bind")
+                raise ScheduleError(
+                    f"loop {s.var} is bound to {s.kind}, which the cpu target does not have; remove the bind"
+                )
             self.emit(f"for {s.var} in range({extent}):  # bound to {s.kind}", depth)
             self.stmt(s.body, depth + 1, in_parallel)
             return
@@ -149,7 +165,10 @@ class _Renderer:
         b = s.buffer
         self.buffers[b.name] = b
         if not self.numba:
-            self.emit(f"{b.name} = allocate({b.dtype}[{', '.join(map(str, b.shape))}], scope={b.scope!r})", depth)
+            self.emit(
+                f"{b.name} = allocate({b.dtype}[{', '.join(map(str, b.shape))}], scope={b.scope!r})",
+                depth,
+            )
         elif b.scope == "local":
             self.emit(f"{b.name} = carray(stack_empty({b.size}, np.{b.dtype}), ({b.size},))", depth)
         elif in_parallel:
@@ -164,12 +183,16 @@ def _subst_stmt(s: Stmt, var: str, value: Expr) -> Stmt:
     if isinstance(s, Seq):
         return Seq(tuple(_subst_stmt(c, var, value) for c in s.body))
     if isinstance(s, Store):
-        return Store(s.buffer, tuple(simplify(substitute(i, m)) for i in s.indices), _subst_expr(s.value, m))
+        return Store(
+            s.buffer, tuple(simplify(substitute(i, m)) for i in s.indices), _subst_expr(s.value, m)
+        )
     if isinstance(s, If):
         orelse = None if s.orelse is None else _subst_stmt(s.orelse, var, value)
         return If(simplify(_subst_expr(s.cond, m)), _subst_stmt(s.then, var, value), orelse)
     if isinstance(s, For):
-        return For(s.var, simplify(substitute(s.extent, m)), s.kind, _subst_stmt(s.body, var, value))
+        return For(
+            s.var, simplify(substitute(s.extent, m)), s.kind, _subst_stmt(s.body, var, value)
+        )
     if isinstance(s, Alloc):
         return Alloc(s.buffer, _subst_stmt(s.body, var, value))
     return s

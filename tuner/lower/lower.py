@@ -75,9 +75,14 @@ class Env:
     parallel: str = ""
     caches: dict[str, Cache] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
+    # While building the full-tile version of a register tile: the conditions
+    # under which skipping a loop bound is exact (shared with child envs).
+    specialize: list[Expr] | None = None
 
     def child(self) -> Env:
-        return Env(dict(self.ranges), self.parallel, dict(self.caches), set(self.names))
+        return Env(
+            dict(self.ranges), self.parallel, dict(self.caches), set(self.names), self.specialize
+        )
 
 
 def _int(e: Expr, what: str) -> int:
@@ -99,7 +104,9 @@ def _leaf_extents(stage: Stage, root: dict[str, int]) -> dict[str, int]:
     return ext
 
 
-def _root_values(stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, int]) -> tuple[dict[str, Expr], list[tuple[Expr, int]]]:
+def _root_values(
+    stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, int]
+) -> tuple[dict[str, Expr], list[tuple[Expr, int]]]:
     """Axis values from loop variables, and the bounds (``value < extent``) splits need."""
     val = dict(leaf_vars)
     conds: list[tuple[Expr, int]] = []
@@ -145,10 +152,20 @@ class _Lowerer:
     def _check_attachments(self) -> None:
         for s in self.state.stages:
             if s.origin == "cache_write" and s.attach.kind != "at":
-                raise ScheduleError(f"cache {s.name} must be computed at a loop of {s.source} (compute_at)")
+                raise ScheduleError(
+                    f"cache {s.name} must be computed at a loop of {s.source} (compute_at)"
+                )
             if s.attach.kind == "at" and s.origin != "cache_write":
-                readers = [c.name for c in self.state.stages if s.name in self._reads(c) and c.attach.kind != "inline"]
-                others = [r for r in readers if r != s.attach.parent and not self._inside(r, s.attach.parent)]
+                readers = [
+                    c.name
+                    for c in self.state.stages
+                    if s.name in self._reads(c) and c.attach.kind != "inline"
+                ]
+                others = [
+                    r
+                    for r in readers
+                    if r != s.attach.parent and not self._inside(r, s.attach.parent)
+                ]
                 if others:
                     raise ScheduleError(
                         f"compute_at({s.name}, {s.attach.parent}): {s.name} is also read by "
@@ -175,8 +192,13 @@ class _Lowerer:
         cache = env.caches.get(name)
         if cache is None:
             return Load(name, idx, read.dtype)
-        rel = {r: simplify(i - b, env.ranges) for r, i, b in zip(cache.stage.root, idx, cache.base, strict=True)}
-        ext = _leaf_extents(cache.stage, dict(zip(cache.stage.root, cache.root_extents, strict=True)))
+        rel = {
+            r: simplify(i - b, env.ranges)
+            for r, i, b in zip(cache.stage.root, idx, cache.base, strict=True)
+        }
+        ext = _leaf_extents(
+            cache.stage, dict(zip(cache.stage.root, cache.root_extents, strict=True))
+        )
         leaf_idx = tuple(simplify(e, env.ranges) for e in _forward(cache.stage, rel, ext))
         return Load(cache.buffer.name, leaf_idx, read.dtype)
 
@@ -207,7 +229,13 @@ class _Lowerer:
         buf = Buffer(s.name, tuple(ext[leaf] for leaf in s.leaves), s.tensor.dtype, s.scope)
         return Cache(buf, tuple(Const(0) for _ in shape), s, shape)
 
-    def stage_nest(self, stage: Stage, env: Env, region: tuple[tuple[Expr, ...], tuple[int, ...]] | None, write_back: bool = False) -> Stmt:
+    def stage_nest(
+        self,
+        stage: Stage,
+        env: Env,
+        region: tuple[tuple[Expr, ...], tuple[int, ...]] | None,
+        write_back: bool = False,
+    ) -> Stmt:
         body_expr = self.bodies[stage.name]
         shape = self.shapes[stage.source if stage.origin != "compute" else stage.name]
         base, widths = region if region else (tuple(Const(0) for _ in shape), shape)
@@ -231,9 +259,18 @@ class _Lowerer:
             for a, dim in zip(op_axes, shape, strict=True):
                 conds.append((absolute[a], dim))
                 conds.append((Const(-1) - absolute[a], 1))  # absolute >= 0
-        return _NestBuilder(self, stage, env, names, ext, absolute, conds, body_expr, write_back).build()
+        return _NestBuilder(
+            self, stage, env, names, ext, absolute, conds, body_expr, write_back
+        ).build()
 
-    def region(self, producer: Stage, consumer: Stage, exprs: list[tuple[Expr, ...]], inner: dict[str, int], env: Env) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
+    def region(
+        self,
+        producer: Stage,
+        consumer: Stage,
+        exprs: list[tuple[Expr, ...]],
+        inner: dict[str, int],
+        env: Env,
+    ) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
         """Bounds inference: the box of ``producer`` that ``exprs`` touch while ``inner`` loops run."""
         shape = self.shapes[producer.source if producer.origin != "compute" else producer.name]
         bases: list[Expr] = []
@@ -313,4 +350,4 @@ def lower(sched: Schedule, args: list[Tensor], name: str = "kernel") -> LoweredF
     return LoweredFunc(name, params, body)
 
 
-__all__ += ["Binary", "If", "IterVar", "Reduce", "Store", "For"]
+__all__ += ["Binary", "For", "If", "IterVar", "Reduce", "Store"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..schedule.state import ScheduleError, Stage
-from ..te.expr import Binary, Const, Expr, Reduce, Var, substitute, walk
+from ..te.expr import Binary, Const, Expr, Reduce, TensorRead, Var, substitute, walk
 from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
 from .simplify import bounds, linear, simplify
 
@@ -37,7 +37,9 @@ class _NestBuilder:
         kinds = [stage.axis(leaf).kind for leaf in self.leaves]
         self.first_reduce = kinds.index("reduce") if "reduce" in kinds else None
         pos = {names[leaf].name: p for p, leaf in enumerate(self.leaves)}
-        self.reduce_vars = {names[leaf].name for leaf in self.leaves if stage.axis(leaf).kind == "reduce"}
+        self.reduce_vars = {
+            names[leaf].name for leaf in self.leaves if stage.axis(leaf).kind == "reduce"
+        }
         self.conds: dict[int, list[tuple[Expr, int]]] = {}
         for e, bound in conds:
             e = simplify(e)
@@ -46,7 +48,10 @@ class _NestBuilder:
 
     def build(self) -> Stmt:
         inner = self._loops(0, self.env, "update")
-        guards = [simplify(Binary("sub", e, Const(bound), "int64") < 0) for e, bound in self.conds.get(-1, [])]
+        guards = [
+            simplify(Binary("sub", e, Const(bound), "int64") < 0)
+            for e, bound in self.conds.get(-1, [])
+        ]
         return _guard(guards, inner)
 
     def _loops(self, p: int, env: Env, mode: str) -> Stmt:
@@ -78,6 +83,13 @@ class _NestBuilder:
             if mode == "init" and _free(e) & self.reduce_vars:
                 continue
             tight = _tighten(e, bound, var, env)
+            if (
+                tight is not None
+                and env.specialize is not None
+                and not (isinstance(tight, Const) and int(tight.value) >= full)
+            ):
+                env.specialize.append(simplify(tight >= full, env.ranges))
+                continue
             if tight is None:
                 guards.append(simplify(Binary("sub", e, Const(bound), "int64") < 0, env.ranges))
             elif not (isinstance(tight, Const) and int(tight.value) >= full):
@@ -86,24 +98,62 @@ class _NestBuilder:
         allocs: list[Buffer] = []
         if mode == "update" and not self.write_back:
             for child in self.lw.state.stages:
-                if child.attach.kind == "at" and child.attach.parent == self.stage.name and child.attach.axis == leaf:
+                if (
+                    child.attach.kind == "at"
+                    and child.attach.parent == self.stage.name
+                    and child.attach.axis == leaf
+                ):
                     stmts.extend(self._attached(child, p, env, allocs))
-        inner = self._loops(p + 1, env, mode)
         local = env.caches.get(self.stage.name)
-        if local is not None and local.buffer.name in {b.name for b in allocs} and local.stage.origin == "cache_write":
-            load_first = self.first_reduce is not None and self.first_reduce < p
-            region = (local.base, local.root_extents)
-            if load_first:
-                stmts.append(self.lw.stage_nest(local.stage, self.env_for(env, drop=local.stage.source), region))
-            stmts.append(inner)
-            stmts.append(self._write_back(local, env))
-            body = seq(stmts)
+        if (
+            local is not None
+            and local.buffer.name in {b.name for b in allocs}
+            and local.stage.origin == "cache_write"
+        ):
+            body = seq([*stmts, self._register_tile(local, p, env, mode)])
         else:
-            body = seq([*stmts, inner])
+            body = seq([*stmts, self._loops(p + 1, env, mode)])
         body = _guard(guards, body)
         for buf in reversed(allocs):
             body = Alloc(buf, body)
         return For(var.name, extent, kind, body)
+
+    def _register_tile(self, local: Cache, p: int, env: Env, mode: str) -> Stmt:
+        """Load (if partial sums exist), compute and store back a cached tile.
+
+        Tiles that lie wholly inside the tensor get a copy of the code with
+        constant loop extents (unrolled and vectorized by LLVM); edge tiles keep
+        the bounded loops.
+        """
+        load_first = self.first_reduce is not None and self.first_reduce <= p
+        region = (local.base, local.root_extents)
+
+        def tile(spec: list[Expr] | None) -> Stmt:
+            e = env.child()
+            e.specialize = spec
+            parts = []
+            if load_first:
+                parts.append(
+                    self.lw.stage_nest(
+                        local.stage, self.env_for(e, drop=local.stage.source), region
+                    )
+                )
+            parts.append(self._loops(p + 1, e, mode))
+            parts.append(self._write_back(local, e))
+            return seq(parts)
+
+        edge = tile(None)
+        conds: list[Expr] = []
+        full = tile(conds)
+        live = list(dict.fromkeys(c for c in conds if not (isinstance(c, Const) and c.value)))
+        if not live:
+            return full
+        if any(not _free(c) <= set(env.ranges) for c in live):
+            return edge
+        cond = live[0]
+        for c in live[1:]:
+            cond = cond & c
+        return If(cond, full, edge)
 
     def env_for(self, env: Env, drop: str) -> Env:
         e = env.child()
@@ -117,15 +167,21 @@ class _NestBuilder:
         if child.origin == "cache_write":
             exprs = [tuple(self.absolute[a] for a in self.op_axes)]
         else:
-            reads = [n for n in walk(self.body) if getattr(n, "tensor", None) is not None and n.tensor.name == child.name]  # type: ignore[attr-defined]
-            exprs = [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]  # type: ignore[attr-defined]
+            reads = [
+                n
+                for n in walk(self.body)
+                if isinstance(n, TensorRead) and n.tensor.name == child.name
+            ]
+            exprs = [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]
         base, widths = self.lw.region(child, self.stage, exprs, inner, env)
         if child.origin == "compute":
             return [self.lw.stage_nest(child, env, (base, widths))]
         from .lower import _leaf_extents
 
         ext = _leaf_extents(child, dict(zip(child.root, widths, strict=True)))
-        buf = Buffer(child.name, tuple(ext[leaf] for leaf in child.leaves), child.tensor.dtype, child.scope)
+        buf = Buffer(
+            child.name, tuple(ext[leaf] for leaf in child.leaves), child.tensor.dtype, child.scope
+        )
         allocs.append(buf)
         cache = Cache(buf, base, child, widths)
         if child.origin == "cache_read":
@@ -158,15 +214,17 @@ class _NestBuilder:
         from .lower import identity
 
         if mode == "init":
-            return Store(target.buffer, target.indices, identity(self.body.combiner, self.body.dtype))
-        src = simplify(self.lw.expr(substitute(self.body.source, self.absolute), env), env.ranges)
+            return Store(
+                target.buffer, target.indices, identity(self.body.combiner, self.body.dtype)
+            )
+        update = simplify(
+            self.lw.expr(substitute(self.body.source, self.absolute), env), env.ranges
+        )
         op = {"sum": "add", "max": "max", "min": "min"}[self.body.combiner]
-        return Store(target.buffer, target.indices, Binary(op, target, src, self.body.dtype))
+        return Store(target.buffer, target.indices, Binary(op, target, update, self.body.dtype))
 
 
-def _read(stage: Stage, idx: tuple[Expr, ...]):  # type: ignore[no-untyped-def]
-    from ..te.expr import TensorRead
-
+def _read(stage: Stage, idx: tuple[Expr, ...]) -> TensorRead:
     return TensorRead(stage.tensor, idx, stage.tensor.dtype)
 
 

@@ -54,7 +54,9 @@ def linear(expr: Expr) -> Linear:
 def _render(lin: Linear, dtype: str = "int64") -> Expr:
     out: Expr | None = None
     for atom, c in sorted(lin.terms.items(), key=lambda t: repr(t[0])):
-        term: Expr = atom if c == 1 else Binary("mul", Const(c, dtype), atom, dtype) if c > 0 else atom
+        term: Expr = (
+            atom if c == 1 else Binary("mul", Const(c, dtype), atom, dtype) if c > 0 else atom
+        )
         if c < 0:
             term = atom if c == -1 else Binary("mul", Const(-c, dtype), atom, dtype)
             out = Binary("sub", out if out is not None else Const(0, dtype), term, dtype)
@@ -80,7 +82,13 @@ def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
         if d <= 0:
             return None
         if expr.op == "mod":
-            return (0, d - 1) if inner is None or inner[0] < 0 else (inner[0] % d, inner[1] % d) if inner[1] - inner[0] < d and inner[0] % d <= inner[1] % d else (0, d - 1)
+            return (
+                (0, d - 1)
+                if inner is None or inner[0] < 0
+                else (inner[0] % d, inner[1] % d)
+                if inner[1] - inner[0] < d and inner[0] % d <= inner[1] % d
+                else (0, d - 1)
+            )
         return None if inner is None else (inner[0] // d, inner[1] // d)
     if isinstance(expr, Binary) and expr.op in ("min", "max"):
         a, b = bounds(expr.a, ranges), bounds(expr.b, ranges)
@@ -89,7 +97,11 @@ def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
         f = min if expr.op == "min" else max
         return f(a[0], b[0]), f(a[1], b[1])
     lin = linear(expr)
-    if len(lin.terms) == 1 and next(iter(lin.terms.values())) == 1 and next(iter(lin.terms)) == expr:
+    if (
+        len(lin.terms) == 1
+        and next(iter(lin.terms.values())) == 1
+        and next(iter(lin.terms)) == expr
+    ):
         return None
     lo = hi = lin.const
     for atom, c in lin.terms.items():
@@ -111,13 +123,18 @@ def _divmod(op: str, num: Expr, d: int, ranges: Ranges, dtype: str) -> Expr | No
     q, r = divmod(rest.const, d)
     whole.const, rest.const = q, r
     rb = bounds(_render(rest, dtype), ranges)
-    if rb is not None and 0 <= rb[0] and rb[1] < d:
+    if rb is not None and rb[0] >= 0 and rb[1] < d:
         if op == "floordiv":
             return _render(whole, dtype)
         return _render(rest, dtype)
     if whole.terms or whole.const:
         if op == "floordiv":
-            return _render(whole.add(Linear({Binary("floordiv", _render(rest, dtype), Const(d, dtype), dtype): 1}, 0)), dtype)
+            return _render(
+                whole.add(
+                    Linear({Binary("floordiv", _render(rest, dtype), Const(d, dtype), dtype): 1}, 0)
+                ),
+                dtype,
+            )
         return Binary("mod", _render(rest, dtype), Const(d, dtype), dtype)
     return None
 
@@ -134,13 +151,18 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
             if d > 0:
                 return _divmod(e.op, e.a, d, ranges, e.dtype)
         if e.op in ("min", "max"):
-            a, b = bounds(e.a, ranges), bounds(e.b, ranges)
-            if a is not None and b is not None:
-                if (a[1] <= b[0]) == (e.op == "min"):
-                    return e.a
-                if (b[1] <= a[0]) == (e.op == "min"):
-                    return e.b
-    if isinstance(e, Binary) and isinstance(e.a, Const) and isinstance(e.b, Const) and not is_int(e.dtype):
+            ba, bb = bounds(e.a, ranges), bounds(e.b, ranges)
+            if ba is not None and bb is not None:
+                if ba[1] <= bb[0]:  # a <= b everywhere
+                    return e.a if e.op == "min" else e.b
+                if bb[1] <= ba[0]:  # b <= a everywhere
+                    return e.b if e.op == "min" else e.a
+    if (
+        isinstance(e, Binary)
+        and isinstance(e.a, Const)
+        and isinstance(e.b, Const)
+        and not is_int(e.dtype)
+    ):
         return None
     if isinstance(e, Compare) and is_int(e.a.dtype) and is_int(e.b.dtype):
         diff = bounds(_render(linear(Binary("sub", e.a, e.b, "int64"))), ranges)
@@ -164,17 +186,34 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
             if any(isinstance(a, Const) and not a.value for a in args):
                 return Const(False, "bool")
             keep = tuple(a for a in args if not (isinstance(a, Const) and a.value))
-            return Const(True, "bool") if not keep else keep[0] if len(keep) == 1 else Logical("and", keep)
+            return (
+                Const(True, "bool")
+                if not keep
+                else keep[0]
+                if len(keep) == 1
+                else Logical("and", keep)
+            )
         if e.op == "or":
             if any(isinstance(a, Const) and a.value for a in args):
                 return Const(True, "bool")
             keep = tuple(a for a in args if not (isinstance(a, Const) and not a.value))
-            return Const(False, "bool") if not keep else keep[0] if len(keep) == 1 else Logical("or", keep)
+            return (
+                Const(False, "bool")
+                if not keep
+                else keep[0]
+                if len(keep) == 1
+                else Logical("or", keep)
+            )
         if e.op == "not" and isinstance(args[0], Const):
             return Const(not args[0].value, "bool")
     if isinstance(e, Select) and isinstance(e.cond, Const):
         return e.true_value if e.cond.value else e.false_value
-    if isinstance(e, Cast) and isinstance(e.value, Const) and is_int(e.dtype) and is_int(e.value.dtype):
+    if (
+        isinstance(e, Cast)
+        and isinstance(e.value, Const)
+        and is_int(e.dtype)
+        and is_int(e.value.dtype)
+    ):
         return Const(int(e.value.value), e.dtype)
     return None
 

@@ -49,7 +49,9 @@ class AxisRef:
 def _axis_name(stage: str, axis: AxisRef | str | Any) -> str:
     if isinstance(axis, AxisRef):
         if axis.stage != stage:
-            raise ScheduleError(f"axis {axis.name} belongs to stage {axis.stage}, not to stage {stage}")
+            raise ScheduleError(
+                f"axis {axis.name} belongs to stage {axis.stage}, not to stage {stage}"
+            )
         return axis.name
     if isinstance(axis, str):
         return axis
@@ -103,7 +105,7 @@ class StageRef:
     ) -> tuple[AxisRef, AxisRef, AxisRef, AxisRef]:
         """Split two loops and order them ``x_o, y_o, x_i, y_i``::
 
-            for i_o in range(M/xf): for j_o in range(N/yf): for i_i in range(xf): for j_i in range(yf):
+        for i_o in range(M/xf): for j_o in range(N/yf): for i_i in range(xf): for j_i in range(yf):
         """
         xo, xi = self.split(x, factor=x_factor)
         yo, yi = self.split(y, factor=y_factor)

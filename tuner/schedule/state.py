@@ -28,7 +28,16 @@ from .steps import (
     Step,
 )
 
-__all__ = ["MAX_UNROLL", "Attach", "Axis", "Relation", "ScheduleError", "Stage", "State", "apply_step"]
+__all__ = [
+    "MAX_UNROLL",
+    "Attach",
+    "Axis",
+    "Relation",
+    "ScheduleError",
+    "Stage",
+    "State",
+    "apply_step",
+]
 
 #: Unrolling more than this many iterations only bloats compile time.
 MAX_UNROLL = 256
@@ -122,7 +131,9 @@ class State:
         return any(s.name == name for s in self.stages)
 
     def with_stage(self, stage: Stage) -> State:
-        return replace(self, stages=tuple(stage if s.name == stage.name else s for s in self.stages))
+        return replace(
+            self, stages=tuple(stage if s.name == stage.name else s for s in self.stages)
+        )
 
     def consumers(self, name: str) -> list[Stage]:
         return [s for s in self.stages if name in s.reads() and s.origin != "cache_write"]
@@ -165,17 +176,23 @@ def _split(state: State, st: Split) -> State:
     ax = _leaf(stage, st.axis)
     check((st.factor is None) != (st.nparts is None), "give exactly one of factor and nparts")
     amount = st.factor if st.factor is not None else st.nparts
-    check(isinstance(amount, int) and amount > 0, f"the split amount must be a positive integer, got {amount!r}")
+    check(
+        isinstance(amount, int) and amount > 0,
+        f"the split amount must be a positive integer, got {amount!r}",
+    )
     assert amount is not None
     if st.factor is not None:
-        factor, outer_ext = Const(amount), _ceildiv(ax.extent, amount)
+        factor: Expr = Const(amount)
+        outer_ext = _ceildiv(ax.extent, amount)
     else:
         inner = _ceildiv(ax.extent, amount)
         inner_int = _int(inner)
         factor = inner
         outer_ext = Const(amount) if inner_int is None else _ceildiv(ax.extent, inner_int)
     outer = Axis(_fresh(stage, f"{ax.name}_o"), outer_ext, ax.kind)
-    inner_axis = Axis(_fresh(replace(stage, axes=(*stage.axes, outer)), f"{ax.name}_i"), factor, ax.kind)
+    inner_axis = Axis(
+        _fresh(replace(stage, axes=(*stage.axes, outer)), f"{ax.name}_i"), factor, ax.kind
+    )
     pos = stage.leaves.index(ax.name)
     leaves = (*stage.leaves[:pos], outer.name, inner_axis.name, *stage.leaves[pos + 1 :])
     rel = Relation("split", (ax.name,), (outer.name, inner_axis.name), factor)
@@ -202,18 +219,27 @@ def _fuse(state: State, st: Fuse) -> State:
     axes = [_leaf(stage, a) for a in st.axes]
     check(len(set(st.axes)) == len(st.axes), "an axis is named twice")
     pos = [stage.leaves.index(a) for a in st.axes]
-    check(pos == list(range(pos[0], pos[0] + len(pos))), "fused axes must be adjacent loops, outermost first")
+    check(
+        pos == list(range(pos[0], pos[0] + len(pos))),
+        "fused axes must be adjacent loops, outermost first",
+    )
     check(len({a.kind for a in axes}) == 1, "cannot fuse a reduction axis with a spatial axis")
     while len(axes) > 1:
         outer, inner = axes[0], axes[1]
-        extent = Const(_int(outer.extent) * _int(inner.extent)) if _int(outer.extent) and _int(inner.extent) else outer.extent * inner.extent  # type: ignore[operator]
+        lo, li = _int(outer.extent), _int(inner.extent)
+        extent = (
+            Const(lo * li) if lo is not None and li is not None else outer.extent * inner.extent
+        )
         fused = Axis(_fresh(stage, f"{outer.name}_{inner.name}_f"), extent, outer.kind)
         p = stage.leaves.index(outer.name)
         stage = replace(
             stage,
             axes=(*stage.axes, fused),
             leaves=(*stage.leaves[:p], fused.name, *stage.leaves[p + 2 :]),
-            relations=(*stage.relations, Relation("fuse", (outer.name, inner.name), (fused.name,), inner.extent)),
+            relations=(
+                *stage.relations,
+                Relation("fuse", (outer.name, inner.name), (fused.name,), inner.extent),
+            ),
         )
         state = _move_attachments(state.with_stage(stage), stage.name, inner.name, fused.name)
         state = _move_attachments(state, stage.name, outer.name, fused.name)
@@ -236,26 +262,47 @@ def _reorder(state: State, st: Reorder) -> State:
 def _annotate(state: State, st: Annotate) -> State:
     stage = state.stage(st.stage)
     ax = _leaf(stage, st.axis)
-    check(st.annotation in ANNOTATIONS, f"unknown annotation {st.annotation!r}; use one of {ANNOTATIONS}")
+    check(
+        st.annotation in ANNOTATIONS,
+        f"unknown annotation {st.annotation!r}; use one of {ANNOTATIONS}",
+    )
     if st.annotation == "parallel":
-        check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; parallel updates would race")
+        check(
+            ax.kind != "reduce", f"axis {ax.name} is a reduction axis; parallel updates would race"
+        )
         others = [a.name for a in stage.axes if a.annotation == "parallel" and a.name != ax.name]
         check(not others, f"stage {stage.name} already has parallel axis {', '.join(others)}")
     if st.annotation == "vectorize":
-        check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; vectorizing it would reorder the reduction")
-        check(_int(ax.extent) is not None, f"axis {ax.name} has a symbolic extent; only constant loops vectorize")
+        check(
+            ax.kind != "reduce",
+            f"axis {ax.name} is a reduction axis; vectorizing it would reorder the reduction",
+        )
+        check(
+            _int(ax.extent) is not None,
+            f"axis {ax.name} has a symbolic extent; only constant loops vectorize",
+        )
     if st.annotation == "unroll":
         extent = _int(ax.extent)
-        check(extent is not None, f"axis {ax.name} has a symbolic extent; only constant loops unroll")
-        check(extent is not None and extent <= MAX_UNROLL, f"axis {ax.name} has {extent} iterations; unroll at most {MAX_UNROLL}")
+        check(
+            extent is not None, f"axis {ax.name} has a symbolic extent; only constant loops unroll"
+        )
+        check(
+            extent is not None and extent <= MAX_UNROLL,
+            f"axis {ax.name} has {extent} iterations; unroll at most {MAX_UNROLL}",
+        )
     return state.with_stage(stage._set_axis(replace(ax, annotation=st.annotation)))
 
 
 def _bind(state: State, st: Bind) -> State:
     stage = state.stage(st.stage)
     ax = _leaf(stage, st.axis)
-    check(st.thread in THREAD_TAGS, f"unknown thread tag {st.thread!r}; use one of {', '.join(THREAD_TAGS)}")
-    check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; binding it to threads would race")
+    check(
+        st.thread in THREAD_TAGS,
+        f"unknown thread tag {st.thread!r}; use one of {', '.join(THREAD_TAGS)}",
+    )
+    check(
+        ax.kind != "reduce", f"axis {ax.name} is a reduction axis; binding it to threads would race"
+    )
     used = [a.name for a in stage.axes if a.thread == st.thread]
     check(not used, f"{st.thread} is already bound to axis {', '.join(used)}")
     return state.with_stage(stage._set_axis(replace(ax, thread=st.thread)))
@@ -275,11 +322,20 @@ def _compute_at(state: State, st: ComputeAt) -> State:
     check(not stage.is_output, f"stage {stage.name} is an output; outputs are computed at the root")
     check(stage.attach.kind != "inline", f"stage {stage.name} was inlined")
     if stage.origin == "cache_write":
-        check(parent.name == stage.source, f"cache {stage.name} can only be computed inside {stage.source}")
+        check(
+            parent.name == stage.source,
+            f"cache {stage.name} can only be computed inside {stage.source}",
+        )
     else:
-        check(stage.name in parent.reads(), f"stage {parent.name} does not read {stage.name}; compute_at needs a consumer")
+        check(
+            stage.name in parent.reads(),
+            f"stage {parent.name} does not read {stage.name}; compute_at needs a consumer",
+        )
     _leaf(parent, st.axis)
-    check(stage.name not in _ancestors(state, parent), f"stage {parent.name} is already computed inside {stage.name}")
+    check(
+        stage.name not in _ancestors(state, parent),
+        f"stage {parent.name} is already computed inside {stage.name}",
+    )
     return state.with_stage(replace(stage, attach=Attach("at", parent.name, st.axis)))
 
 
@@ -288,7 +344,9 @@ def _compute_inline(state: State, st: ComputeInline) -> State:
     check(stage.origin == "compute", f"cache stage {stage.name} cannot be inlined")
     check(not stage.is_output, f"stage {stage.name} is an output and must be stored")
     check(not stage.op.reduce_axis, f"stage {stage.name} is a reduction and cannot be inlined")
-    inner = [s.name for s in state.stages if s.attach.kind == "at" and s.attach.parent == stage.name]
+    inner = [
+        s.name for s in state.stages if s.attach.kind == "at" and s.attach.parent == stage.name
+    ]
     check(not inner, f"stages {', '.join(inner)} are computed inside {stage.name}")
     return state.with_stage(replace(stage, attach=Attach("inline")))
 

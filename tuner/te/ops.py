@@ -38,17 +38,17 @@ def _reduce(combiner: str, source: ExprLike, axis: IterVar | Sequence[IterVar]) 
     return Reduce(combiner, expr, axes, expr.dtype)
 
 
-def sum(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001
+def sum(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:
     """Sum of ``source`` over ``axis`` (identity 0)."""
     return _reduce("sum", source, axis)
 
 
-def max(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001
+def max(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:
     """Maximum of ``source`` over ``axis`` (identity -inf, or the dtype's minimum)."""
     return _reduce("max", source, axis)
 
 
-def min(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001
+def min(source: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:
     """Minimum of ``source`` over ``axis`` (identity +inf, or the dtype's maximum)."""
     return _reduce("min", source, axis)
 
@@ -101,12 +101,12 @@ def erf(x: ExprLike) -> Expr:
     return _unary("erf", x)
 
 
-def abs(x: ExprLike) -> Expr:  # noqa: A001
+def abs(x: ExprLike) -> Expr:
     e = as_expr(x)
     return Call("abs", (e,), e.dtype)
 
 
-def pow(x: ExprLike, y: ExprLike) -> Expr:  # noqa: A001
+def pow(x: ExprLike, y: ExprLike) -> Expr:
     return binary("pow", x, y)
 
 

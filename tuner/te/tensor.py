@@ -107,12 +107,15 @@ class Tensor:
                     f"tensor {self.name} is indexed with a {e.dtype} expression "
                     f"in dimension {pos}; indices must be integers"
                 )
-            if isinstance(e, Const) and isinstance(extent, Const):
-                if not 0 <= int(e.value) < int(extent.value):
-                    raise TensorError(
-                        f"tensor {self.name} index {e.value} is out of range "
-                        f"for dimension {pos} of extent {extent.value}"
-                    )
+            if (
+                isinstance(e, Const)
+                and isinstance(extent, Const)
+                and not 0 <= int(e.value) < int(extent.value)
+            ):
+                raise TensorError(
+                    f"tensor {self.name} index {e.value} is out of range "
+                    f"for dimension {pos} of extent {extent.value}"
+                )
         return TensorRead(self, exprs, self.dtype)
 
     @property
@@ -122,8 +125,7 @@ class Tensor:
         for e in self.shape:
             if not isinstance(e, Const):
                 raise TensorError(
-                    f"tensor {self.name} has symbolic extent {e!r}; "
-                    "building needs concrete extents"
+                    f"tensor {self.name} has symbolic extent {e!r}; building needs concrete extents"
                 )
             out.append(int(e.value))
         return tuple(out)
@@ -160,7 +162,9 @@ def var(name: str) -> Var:
     return Var(name)
 
 
-def placeholder(shape: Sequence[ExprLike] | ExprLike, dtype: str = "float32", name: str = "") -> Tensor:
+def placeholder(
+    shape: Sequence[ExprLike] | ExprLike, dtype: str = "float32", name: str = ""
+) -> Tensor:
     """An input tensor."""
     name = name or f"placeholder{next(_names)}"
     _check_name(name)

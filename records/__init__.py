@@ -1,0 +1,38 @@
+"""The tuning log: versioned, append-only JSON lines of measured candidates.
+
+>>> from records import Record, LogWriter, load, best, to_dataframe
+>>> with LogWriter("logs/matmul.jsonl") as log:
+...     log.write(Record.make(workload, target, {"tile": [8, 16]}, samples=[1.2e-3]))
+>>> fastest = best(load("logs/matmul.jsonl"), workload, target)
+>>> df = to_dataframe("logs/")  # one row per candidate, knobs as ``knob.*`` columns
+
+The line format is documented in ``records.format``; it is a contract.
+"""
+
+from .format import FORMAT_VERSION, ErrorKind, Record, RecordError, config_key
+from .frame import to_dataframe
+from .log import (
+    LogWriter,
+    RecordsWarning,
+    append,
+    best,
+    best_by_workload,
+    load,
+    measured_configs,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ErrorKind",
+    "LogWriter",
+    "Record",
+    "RecordError",
+    "RecordsWarning",
+    "append",
+    "best",
+    "best_by_workload",
+    "config_key",
+    "load",
+    "measured_configs",
+    "to_dataframe",
+]

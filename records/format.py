@@ -1,0 +1,290 @@
+"""One measured candidate as a frozen ``Record``, and its JSON-line form.
+
+The line layout is a contract: the tuner writes it, the compiler, notebooks and
+other tools read it, and logs written today must stay readable forever (the
+golden logs under ``tests/records/golden/`` pin every version). Version 1, one
+JSON object per line, keys in any order::
+
+    {"v": 1,
+     "workload": {"op": "matmul", "args": {"M": 512, "N": 512, "K": 512}},
+     "workload_key": "matmul(K=512,M=512,N=512)",
+     "target": {"kind": "cpu", "capabilities": {...}, "fingerprint": "3f2a..."},
+     "config": {"tile_i": [8, 16], "order": "ikj", "vectorize": true},
+     "result": {"samples": [0.0012, 0.0011], "error_kind": "ok",
+                "error_msg": "", "build_s": 0.8, "run_s": 0.01},
+     "time": 1717171717.5,
+     "provenance": {"strategy": "xgb", "trial": 17, "predicted": 0.93},
+     "flops": 268435456}
+
+- ``samples`` holds every timing sample, in seconds per run; it may be empty
+  for a candidate that never ran. ``error_kind`` is one of ``ErrorKind``.
+- ``workload_key`` is written for people and ``grep``; readers recompute it
+  from ``workload`` so that a log stays valid if the key's rendering changes.
+- ``config`` values are plain JSON: numbers, strings, bools and lists of them.
+- ``predicted`` (the cost model's score) and ``flops`` may be ``null``.
+- Unknown top-level keys are kept in ``Record.extra`` and written back, so a
+  newer minor writer's additions survive an older reader.
+
+Readers are registered per version in ``_READERS``; a new format version adds a
+reader and a golden log, and never changes an old reader.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tuner.target import Target
+from tuner.workload import Workload, dumps_canonical
+
+from ._checks import (
+    KnobValue,
+    RecordError,
+    RecordVersionError,
+    freeze_knob,
+    optional_number,
+    seconds,
+    strict_json,
+    thaw_knob,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ErrorKind",
+    "KnobValue",
+    "Record",
+    "RecordError",
+    "RecordVersionError",
+    "config_key",
+]
+
+FORMAT_VERSION = 1
+
+
+class ErrorKind(enum.StrEnum):
+    """How a measurement ended; only ``OK`` records carry meaningful timings."""
+
+    OK = "ok"
+    SCHEDULE_ERROR = "schedule_error"
+    COMPILE_ERROR = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    RUNTIME_ERROR = "runtime_error"
+    RUN_TIMEOUT = "run_timeout"
+    WRONG_ANSWER = "wrong_answer"
+
+
+_LINE_KEYS = frozenset(  # the top-level keys of the current line format
+    ["v", "workload", "workload_key", "target", "config", "result", "time", "provenance", "flops"]
+)
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """Canonical text of a config (sorted keys, lists and tuples alike).
+
+    Two configs with the same knob values share one key, which is how a resumed
+    run recognises candidates it already measured.
+
+    >>> config_key({"b": (8, 16), "a": True})
+    '{"a":true,"b":[8,16]}'
+    """
+    return dumps_canonical(dict(config))
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured candidate: what was run, where, with which knobs, and how it went.
+
+    Build one with ``Record.make`` (which accepts plain dicts and lists); the
+    fields hold hashable, immutable forms so records can be set members and keys,
+    and ``config`` and ``extra`` give them back as fresh plain dicts.
+
+    >>> r = Record.make(Workload.make("matmul", M=64, N=64, K=64), Target.from_name("cpu"),
+    ...                 {"tile": [8, 8]}, samples=[1e-3, 2e-3], flops=2 * 64**3)
+    >>> r.median, r.config
+    (0.0015, {'tile': [8, 8]})
+    """
+
+    workload: Workload
+    target: Target
+    config_items: tuple[tuple[str, KnobValue], ...]
+    samples: tuple[float, ...]
+    error_kind: ErrorKind
+    error_msg: str
+    build_seconds: float
+    run_seconds: float
+    timestamp: float
+    strategy: str
+    trial: int
+    predicted: float | None
+    flops: float | None
+    version: int = FORMAT_VERSION  # the format version this record was read from
+    extra_items: tuple[tuple[str, str], ...] = ()  # key -> canonical JSON text
+
+    @classmethod
+    def make(
+        cls,
+        workload: Workload,
+        target: Target,
+        config: Mapping[str, Any],
+        *,
+        samples: Sequence[float] = (),
+        error_kind: ErrorKind | str = ErrorKind.OK,
+        error_msg: str = "",
+        build_seconds: float = 0.0,
+        run_seconds: float = 0.0,
+        timestamp: float | None = None,
+        strategy: str = "",
+        trial: int = 0,
+        predicted: float | None = None,
+        flops: float | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Record:
+        """Validate and normalise plain values into a Record (``RecordError`` if bad)."""
+        if isinstance(trial, bool) or not isinstance(trial, int):
+            raise RecordError(f"trial must be an int, got {trial!r}")
+        if not isinstance(strategy, str) or not isinstance(error_msg, str):
+            raise RecordError("strategy and error_msg must be strings")
+        try:
+            kind = ErrorKind(error_kind)
+        except ValueError:
+            raise RecordError(f"unknown error kind {error_kind!r}") from None
+        items = tuple(sorted((str(k), freeze_knob(v, f"config[{k!r}]")) for k, v in config.items()))
+        flops_value = optional_number(flops, "flops")
+        if flops_value is not None and flops_value < 0:
+            raise RecordError(f"flops must be non-negative, got {flops!r}")
+        clashes = sorted(_LINE_KEYS.intersection(extra or {}))
+        if clashes:
+            raise RecordError(f"extra fields {clashes} clash with the record format's own keys")
+        try:
+            extra_items = tuple(sorted((k, strict_json(v)) for k, v in (extra or {}).items()))
+        except (TypeError, ValueError) as exc:
+            raise RecordError(f"extra fields must be plain JSON: {exc}") from None
+        return cls(
+            workload=workload,
+            target=target,
+            config_items=items,
+            samples=tuple(seconds(s, "sample") for s in samples),
+            error_kind=kind,
+            error_msg=error_msg,
+            build_seconds=seconds(build_seconds, "build_seconds"),
+            run_seconds=seconds(run_seconds, "run_seconds"),
+            timestamp=seconds(time.time() if timestamp is None else timestamp, "timestamp"),
+            strategy=strategy,
+            trial=trial,
+            predicted=optional_number(predicted, "predicted"),
+            flops=flops_value,
+            extra_items=extra_items,
+        )
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The knob values as a fresh plain-JSON dict (tuples back to lists)."""
+        return {k: thaw_knob(v) for k, v in self.config_items}
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Unknown top-level fields read from the log, as a fresh dict."""
+        return {k: json.loads(v) for k, v in self.extra_items}
+
+    @property
+    def ok(self) -> bool:
+        """Whether the candidate ran and matched the reference."""
+        return self.error_kind is ErrorKind.OK
+
+    @property
+    def median(self) -> float:
+        """Median seconds per run; ``inf`` unless ok with samples, so it sorts last."""
+        if not self.ok or not self.samples:
+            return math.inf
+        return statistics.median(self.samples)
+
+    @property
+    def gflops(self) -> float | None:
+        """Achieved GFLOP/s from the median, or None when flops or timing is unknown."""
+        median = self.median
+        if self.flops is None or not math.isfinite(median) or median <= 0:
+            return None
+        return self.flops / median / 1e9
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict in the current format (see module doc)."""
+        line: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "workload": self.workload.to_json(),
+            "workload_key": self.workload.key,
+            "target": self.target.to_json(),
+            "config": self.config,
+            "result": {
+                "samples": list(self.samples),
+                "error_kind": self.error_kind.value,
+                "error_msg": self.error_msg,
+                "build_s": self.build_seconds,
+                "run_s": self.run_seconds,
+            },
+            "time": self.timestamp,
+            "provenance": {
+                "strategy": self.strategy,
+                "trial": self.trial,
+                "predicted": self.predicted,
+            },
+            "flops": self.flops,
+        }
+        line.update(self.extra)
+        return line
+
+    @classmethod
+    def from_json(cls, data: Any) -> Record:
+        """Read one decoded JSON line; ``RecordError`` (one line) if it is not a record.
+
+        Raises ``RecordVersionError`` for a version this reader does not know.
+        """
+        if not isinstance(data, dict):
+            raise RecordError(f"a record must be a JSON object, got {type(data).__name__}")
+        if "v" not in data:
+            raise RecordError("record has no format version 'v'")
+        version = data["v"]
+        reader = _READERS.get(version) if type(version) is int else None
+        if reader is None:
+            raise RecordVersionError(f"unknown record format version {version!r}")
+        try:
+            return reader(data)
+        except RecordError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise RecordError(f"bad version {version} record: {detail}") from None
+
+
+def _read_v1(data: dict[str, Any]) -> Record:
+    result, provenance, config = data["result"], data["provenance"], data["config"]
+    if not isinstance(config, dict):
+        raise RecordError("record 'config' must be an object")
+    samples = result["samples"]
+    if not isinstance(samples, list):
+        raise RecordError("record 'result.samples' must be a list")
+    record = Record.make(
+        Workload.from_json(data["workload"]),
+        Target.from_json(data["target"]),
+        config,
+        samples=samples,
+        error_kind=result["error_kind"],
+        error_msg=result.get("error_msg", ""),
+        build_seconds=result.get("build_s", 0.0),
+        run_seconds=result.get("run_s", 0.0),
+        timestamp=seconds(data["time"], "time"),  # required here: None means "now" in make
+        strategy=provenance.get("strategy", ""),
+        trial=provenance["trial"],
+        predicted=provenance.get("predicted"),
+        flops=data.get("flops"),
+        extra={k: v for k, v in data.items() if k not in _LINE_KEYS},
+    )
+    return replace(record, version=1)
+
+
+_READERS: dict[int, Callable[[dict[str, Any]], Record]] = {1: _read_v1}

@@ -1,0 +1,270 @@
+"""Appending to and reading tuning logs, and choosing the best records.
+
+Writing is safe for many processes at once: each line goes out in one
+``os.write`` on an ``O_APPEND`` descriptor under an exclusive ``flock``, and is
+``fsync``-ed before the lock is released, so a crash loses at most the line
+being written and concurrent tuners never interleave partial lines.
+
+Reading never trusts the file: lines are decoded with plain ``json.loads``,
+nothing read is ever executed, and damaged lines or lines of an unknown format
+version are skipped with one ``RecordsWarning`` per ``load`` call.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from tuner.target import Target
+from tuner.workload import Workload
+
+from .format import Record, RecordError, RecordVersionError, config_key
+
+__all__ = [
+    "LogWriter",
+    "RecordsWarning",
+    "append",
+    "best",
+    "best_by_workload",
+    "load",
+    "measured_configs",
+]
+
+PathLike = str | os.PathLike[str]
+LogSource = PathLike | Sequence[PathLike]
+
+
+class RecordsWarning(UserWarning):
+    """Some lines of a tuning log were skipped (damaged, or of an unknown version)."""
+
+
+def _encode(record: Record) -> bytes:
+    text = json.dumps(record.to_json(), separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8") + b"\n"
+
+
+class LogWriter:
+    """Appends records to one log file, one flushed and fsync-ed line per record.
+
+    >>> with LogWriter("logs/matmul.jsonl") as log:
+    ...     log.write(record)
+
+    The file and its parent folders are created if missing; existing lines are
+    never truncated or rewritten. Use it as a context manager, or call ``close``.
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self._fd: int | None = os.open(self.path, flags, 0o644)
+
+    def write(self, record: Record) -> None:
+        """Append ``record`` as one line, durable on disk when this returns."""
+        if self._fd is None:
+            raise RecordError(f"tuning log {self.path} is already closed")
+        line = _encode(record)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            size = os.fstat(self._fd).st_size
+            # A line cut short by a crash would swallow ours; start a fresh line.
+            if size and os.pread(self._fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            written = os.write(self._fd, line)
+            while written < len(line):  # only on a short write (e.g. a signal)
+                written += os.write(self._fd, line[written:])
+            os.fsync(self._fd)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def append(path: PathLike, records: Iterable[Record]) -> None:
+    """Append ``records`` to the log at ``path``, each line flushed on its own."""
+    with LogWriter(path) as log:
+        for record in records:
+            log.write(record)
+
+
+@dataclass
+class _Skipped:
+    """Tally of lines that a load call could not use, for its single warning."""
+
+    damaged: int = 0
+    unknown_version: int = 0
+    files: list[str] = field(default_factory=list)
+    first: str = ""
+
+    def add(self, where: str, path: Path, error: RecordError) -> None:
+        if isinstance(error, RecordVersionError):
+            self.unknown_version += 1
+        else:
+            self.damaged += 1
+        if str(path) not in self.files:
+            self.files.append(str(path))
+        self.first = self.first or f"{where}: {error}"
+
+    def message(self) -> str:
+        parts = [
+            _plural(self.damaged, "damaged line"),
+            _plural(self.unknown_version, "line of unknown version", "lines of unknown version"),
+        ]
+        counts = " and ".join(p for p in parts if p)
+        return f"skipped {counts} in {', '.join(self.files)} (first at {self.first})"
+
+
+def _plural(n: int, one: str, many: str = "") -> str:
+    if n == 0:
+        return ""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _log_files(source: LogSource) -> list[Path]:
+    paths = [source] if isinstance(source, str | os.PathLike) else list(source)
+    files: list[Path] = []
+    for path in map(Path, paths):
+        files.extend(sorted(path.glob("*.jsonl")) if path.is_dir() else [path])
+    return files
+
+
+def _read_lines(path: Path) -> list[bytes]:
+    try:
+        return path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        raise RecordError(f"tuning log {path} does not exist") from None
+    except OSError as exc:
+        raise RecordError(f"cannot read tuning log {path}: {exc.strerror}") from None
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse(line: bytes) -> Record:
+    try:
+        data = json.loads(line, parse_constant=_reject_constant)
+    except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
+        raise RecordError(f"not a JSON line ({exc})") from None
+    return Record.from_json(data)
+
+
+def _key(workload: Workload | str) -> str:
+    return workload.key if isinstance(workload, Workload) else workload
+
+
+def load(
+    source: LogSource,
+    *,
+    workload: Workload | str | None = None,
+    target_kind: str | None = None,
+) -> list[Record]:
+    """Read records from a log file, a list of them, or a folder of ``*.jsonl`` logs.
+
+    Optionally keep only one workload (a ``Workload`` or its key) and one target
+    kind. Unusable lines are skipped with one ``RecordsWarning`` that counts them;
+    a missing file raises ``RecordError``.
+
+    >>> records = load("logs/", workload="matmul(K=512,M=512,N=512)", target_kind="cpu")
+    """
+    wanted = None if workload is None else _key(workload)
+    records: list[Record] = []
+    skipped = _Skipped()
+    for path in _log_files(source):
+        for number, line in enumerate(_read_lines(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = _parse(line)
+            except RecordError as error:
+                skipped.add(f"{path}:{number}", path, error)
+                continue
+            if wanted is not None and record.workload.key != wanted:
+                continue
+            if target_kind is not None and record.target.kind != target_kind:
+                continue
+            records.append(record)
+    if skipped.files:
+        warnings.warn(skipped.message(), RecordsWarning, stacklevel=2)
+    return records
+
+
+def _fastest(records: Iterable[Record]) -> Record | None:
+    """The ok record with the lowest median (the first one on ties), if any."""
+    candidates = [r for r in records if r.ok and r.samples]
+    return min(candidates, key=lambda r: r.median, default=None)
+
+
+def best(
+    records: Iterable[Record],
+    workload: Workload | str | None = None,
+    target: Target | str | None = None,
+) -> Record | None:
+    """The fastest correct record, optionally for one workload and target.
+
+    Errors and wrong answers are never chosen. Given a ``Target``, records
+    measured on the same hardware (same fingerprint) win; records of the same
+    kind from other machines are the fallback. A string target means a kind.
+
+    >>> best(load("logs/matmul.jsonl"), target=Target.from_name("cpu"))
+    """
+    wanted = None if workload is None else _key(workload)
+    pool = [r for r in records if wanted is None or r.workload.key == wanted]
+    if target is None:
+        return _fastest(pool)
+    kind = target.kind if isinstance(target, Target) else target
+    pool = [r for r in pool if r.target.kind == kind]
+    if isinstance(target, Target):
+        same_machine = _fastest(r for r in pool if r.target.fingerprint == target.fingerprint)
+        if same_machine is not None:
+            return same_machine
+    return _fastest(pool)
+
+
+def best_by_workload(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
+    """The fastest correct record per ``(workload_key, target_kind)``.
+
+    >>> table = best_by_workload(load("logs/"))
+    >>> table["matmul(K=512,M=512,N=512)", "cpu"].config
+    """
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        groups.setdefault((record.workload.key, record.target.kind), []).append(record)
+    table = {key: _fastest(group) for key, group in groups.items()}
+    return {key: record for key, record in table.items() if record is not None}
+
+
+def measured_configs(
+    records: Iterable[Record], workload_key: Workload | str, target_kind: str
+) -> set[str]:
+    """Config keys already measured (with any outcome), so a resumed run skips them.
+
+    >>> done = measured_configs(load(log), "matmul(K=512,M=512,N=512)", "cpu")
+    >>> config_key(candidate) in done
+    """
+    key = _key(workload_key)
+    return {
+        config_key(r.config)
+        for r in records
+        if r.workload.key == key and r.target.kind == target_kind
+    }

@@ -1,0 +1,10 @@
+"""Shared test set-up: a private kernel cache for the whole session."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Set before any kernel is built so that tests never touch the user's cache.
+os.environ.setdefault("TUNER_CACHE_DIR", tempfile.mkdtemp(prefix="tuner-test-cache-"))
+os.environ.setdefault("NUMBA_NUM_THREADS", "2")

@@ -1,0 +1,159 @@
+"""The central property: for any legal schedule, the kernel equals the NumPy reference.
+
+Hypothesis draws shapes (1, primes, extents no tile divides) and a random
+legal schedule: splits, a reorder, a fuse, annotations, a register cache and
+packing, compute_at / compute_inline of producer stages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from tuner import te
+
+from .ops import chain, conv2d, matmul, row_max
+from .test_primitives import run
+
+EXTENTS = st.sampled_from([1, 2, 3, 5, 7, 8, 13, 16, 17])
+SETTINGS = settings(
+    max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
+
+
+def random_loops(draw, s, T) -> None:  # type: ignore[no-untyped-def]
+    """Split some axes, permute all loops, annotate a few: always legal."""
+    stage = s[T]
+    for ax in list(stage.op.axis) + list(stage.op.reduce_axis):
+        if draw(st.booleans()):
+            stage.split(ax, factor=draw(st.integers(1, 9)))
+    leaves = list(stage.leaf_axes)
+    order = draw(st.permutations(leaves))
+    stage.reorder(*order)
+    state = s.state.stage(T.name)
+    spatial = [a for a in stage.leaf_axes if state.axis(a.name).kind == "spatial"]
+    if spatial and draw(st.booleans()):
+        stage.parallel(draw(st.sampled_from(spatial)))
+    small = [a for a in spatial if int(state.axis(a.name).extent.value) <= 16]  # type: ignore[attr-defined]
+    if small and draw(st.booleans()):
+        ax = draw(st.sampled_from(small))
+        if s.state.stage(T.name).axis(ax.name).annotation == "serial":
+            stage.vectorize(ax) if draw(st.booleans()) else stage.unroll(ax)
+    leaves = list(stage.leaf_axes)
+    if len(leaves) >= 2 and draw(st.booleans()):
+        p = draw(st.integers(0, len(leaves) - 2))
+        a, b = (
+            s.state.stage(T.name).axis(leaves[p].name),
+            s.state.stage(T.name).axis(leaves[p + 1].name),
+        )
+        if a.kind == b.kind and a.annotation == b.annotation == "serial":
+            stage.fuse(leaves[p], leaves[p + 1])
+
+
+@st.composite
+def matmul_case(draw):  # type: ignore[no-untyped-def]
+    m, n, k = draw(EXTENTS), draw(EXTENTS), draw(EXTENTS)
+    inputs, C, ref = matmul(m, n, k)
+    s = te.create_schedule(C)
+    if draw(st.booleans()):
+        B = inputs[1]
+        BB = s.cache_read(B, "global", [C])
+        bk, bj = s[BB].op.axis
+        if draw(st.booleans()):
+            bjo, bji = s[BB].split(bj, factor=draw(st.integers(1, 5)))
+            s[BB].reorder(bjo, bk, bji)
+        random_loops(draw, s, C)
+        if draw(st.booleans()):
+            s[BB].compute_at(s[C], draw(st.sampled_from(s[C].leaf_axes)))
+    else:
+        random_loops(draw, s, C)
+    if draw(st.booleans()):
+        CL = s.cache_write(C, "local")
+        s[CL].compute_at(s[C], draw(st.sampled_from(s[C].leaf_axes)))
+    return inputs, C, ref, s
+
+
+@given(matmul_case())
+@SETTINGS
+def test_random_matmul_schedules(case) -> None:  # type: ignore[no-untyped-def]
+    note(case[3].dumps())
+    run(*case)
+
+
+@st.composite
+def conv_case(draw):  # type: ignore[no-untyped-def]
+    c, h, w, k = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(3, 8)),
+        draw(st.integers(3, 8)),
+        draw(st.integers(1, 4)),
+    )
+    r, stride = draw(st.sampled_from([1, 3])), draw(st.sampled_from([1, 2]))
+    pad = draw(st.integers(0, r // 2 + 1))
+    inputs, O, ref = conv2d(1, c, h, w, k, r, stride, pad)
+    s = te.create_schedule(O)
+    P = O.op.inputs[0]
+    how = draw(st.sampled_from(["root", "inline", "at"]))
+    random_loops(draw, s, O)
+    if how == "inline":
+        s[P].compute_inline()
+    elif how == "at":
+        state = s.state.stage("O")
+        par = [a for a in s[O].leaf_axes if state.axis(a.name).annotation == "parallel"]
+        leaves = list(s[O].leaf_axes)
+        if par:
+            leaves = leaves[leaves.index(par[0]) :]
+        s[P].compute_at(s[O], draw(st.sampled_from(leaves)))
+    return inputs, O, ref, s
+
+
+@given(conv_case())
+@SETTINGS
+def test_random_conv2d_schedules(case) -> None:  # type: ignore[no-untyped-def]
+    run(*case)
+
+
+@st.composite
+def max_case(draw):  # type: ignore[no-untyped-def]
+    inputs, M, ref = row_max(draw(EXTENTS), draw(EXTENTS))
+    s = te.create_schedule(M)
+    random_loops(draw, s, M)
+    return inputs, M, ref, s
+
+
+@given(max_case())
+@SETTINGS
+def test_random_max_reductions(case) -> None:  # type: ignore[no-untyped-def]
+    run(*case, rtol=0, atol=0)
+
+
+@st.composite
+def chain_case(draw):  # type: ignore[no-untyped-def]
+    inputs, U, ref = chain(draw(EXTENTS), draw(EXTENTS))
+    s = te.create_schedule(U)
+    T = U.op.inputs[0]
+    how = draw(st.sampled_from(["root", "inline", "at"]))
+    random_loops(draw, s, U)
+    if how == "inline":
+        s[T].compute_inline()
+    elif how == "at":
+        s[T].compute_at(s[U], draw(st.sampled_from(s[U].leaf_axes)))
+    return inputs, U, ref, s
+
+
+@given(chain_case())
+@SETTINGS
+def test_random_elementwise_chains(case) -> None:  # type: ignore[no-untyped-def]
+    run(*case, rtol=1e-5, atol=2e-6)
+
+
+def test_schedule_never_changes_results_bitwise_for_integer_matmul() -> None:
+    inputs, C, ref = matmul(13, 17, 29, dtype="int8")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, 4, 8)
+    CL = s.cache_write(C, "local")
+    s[CL].compute_at(s[C], jo)
+    out = run(inputs, C, ref, s, rtol=0, atol=0)
+    assert np.dtype(out.lowered.args[-1].dtype) == np.int32
