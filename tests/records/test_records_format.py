@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import CPU_A, MATMUL, record
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,6 +15,8 @@ from records import FORMAT_VERSION, ErrorKind, Record, RecordError, config_key
 from records.format import RecordVersionError
 from tuner.target import Target
 from tuner.workload import Workload
+
+from .helpers import CPU_A, MATMUL, record
 
 seconds = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
 knob_scalar = st.one_of(st.integers(-(2**40), 2**40), st.booleans(), st.text(max_size=8))

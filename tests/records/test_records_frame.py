@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CONV, CUDA, MATMUL, record
 
 from records import ErrorKind, RecordError, append, to_dataframe
 from records.frame import BASE_COLUMNS
+
+from .helpers import CONV, CUDA, MATMUL, record
 
 GOLDEN_V1 = Path(__file__).parent / "golden" / "v1.jsonl"
 

@@ -9,7 +9,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import CONV, CPU_A, CPU_B, CUDA, MATMUL, record
 
 from records import (
     ErrorKind,
@@ -24,6 +23,8 @@ from records import (
     load,
     measured_configs,
 )
+
+from .helpers import CONV, CPU_A, CPU_B, CUDA, MATMUL, record
 
 WRITES_PER_PROCESS = 200
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from space_examples import matmul_space, small_space
 
 from tuner.space import ConfigSpace
+
+from .space_examples import matmul_space, small_space
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from space_examples import matmul_space
 
 from tuner.space import Config, ConfigError, ConfigSpace
+
+from .space_examples import matmul_space
 
 SPACE = matmul_space()
 SPACE.freeze()
