@@ -70,7 +70,7 @@ def test_symbolic_extents_stay_symbolic_until_build() -> None:
 
 
 def test_reduction_identities() -> None:
-    from tuner.lower.lower import identity
+    from tuner.lower.context import identity
 
     assert identity("sum", "float32").value == 0.0
     assert identity("max", "float32").value == float("-inf")

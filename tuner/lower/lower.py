@@ -11,18 +11,13 @@ loop's body, sized by bounds inference to the region used inside it.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..schedule.schedule import Schedule
 from ..schedule.state import ScheduleError, Stage, State
-from ..te.dtypes import is_float
 from ..te.expr import (
-    Binary,
     Const,
     Expr,
-    IterVar,
-    Reduce,
     TensorRead,
     Var,
     substitute,
@@ -30,8 +25,10 @@ from ..te.expr import (
     walk,
 )
 from ..te.tensor import ComputeOp, Tensor
-from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
-from .simplify import Ranges, linear, simplify
+from .context import Cache, Env, const_int, forward, leaf_extents, root_values
+from .ir import Alloc, Buffer, Load, Stmt, seq
+from .nest import _NestBuilder
+from .simplify import Linear, linear, render_linear, simplify
 
 __all__ = ["LoweredFunc", "lower"]
 
@@ -48,94 +45,6 @@ class LoweredFunc:
         from .printer import render
 
         return render(self)
-
-
-def identity(combiner: str, dtype: str) -> Const:
-    if combiner == "sum":
-        return Const(0.0 if is_float(dtype) else 0, dtype)
-    big = {"int8": 127, "int32": 2**31 - 1, "int64": 2**63 - 1}
-    if is_float(dtype):
-        return Const(-math.inf if combiner == "max" else math.inf, dtype)
-    return Const(-big[dtype] - 1 if combiner == "max" else big[dtype], dtype)
-
-
-@dataclass
-class Cache:
-    """A compact buffer: reads of ``source`` at ``idx`` go to ``buffer`` at leaf(idx - base)."""
-
-    buffer: Buffer
-    base: tuple[Expr, ...]
-    stage: Stage
-    root_extents: tuple[int, ...]
-
-
-@dataclass
-class Env:
-    ranges: Ranges = field(default_factory=dict)
-    parallel: str = ""
-    caches: dict[str, Cache] = field(default_factory=dict)
-    names: set[str] = field(default_factory=set)
-    # While building the full-tile version of a register tile: the conditions
-    # under which skipping a loop bound is exact (shared with child envs).
-    specialize: list[Expr] | None = None
-
-    def child(self) -> Env:
-        return Env(
-            dict(self.ranges), self.parallel, dict(self.caches), set(self.names), self.specialize
-        )
-
-
-def _int(e: Expr, what: str) -> int:
-    if isinstance(e, Const):
-        return int(e.value)
-    raise ScheduleError(f"{what} has symbolic extent {e!r}; building needs concrete extents")
-
-
-def _leaf_extents(stage: Stage, root: dict[str, int]) -> dict[str, int]:
-    ext = dict(root)
-    for rel in stage.relations:
-        if rel.kind == "split":
-            parent = ext[rel.parents[0]]
-            factor = _int(rel.factor, f"split of {rel.parents[0]}")
-            ext[rel.children[0]] = -(-parent // factor)
-            ext[rel.children[1]] = factor
-        else:
-            ext[rel.children[0]] = ext[rel.parents[0]] * ext[rel.parents[1]]
-    return ext
-
-
-def _root_values(
-    stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, int]
-) -> tuple[dict[str, Expr], list[tuple[Expr, int]]]:
-    """Axis values from loop variables, and the bounds (``value < extent``) splits need."""
-    val = dict(leaf_vars)
-    conds: list[tuple[Expr, int]] = []
-    for rel in reversed(stage.relations):
-        if rel.kind == "split":
-            outer, inner = rel.children
-            parent = rel.parents[0]
-            val[parent] = val[outer] * ext[inner] + val[inner]
-            if ext[outer] * ext[inner] != ext[parent]:
-                conds.append((val[parent], ext[parent]))
-        else:
-            fused = val[rel.children[0]]
-            inner_ext = ext[rel.parents[1]]
-            val[rel.parents[0]] = fused // inner_ext
-            val[rel.parents[1]] = fused % inner_ext
-    return {r: val[r] for r in stage.root}, conds
-
-
-def _forward(stage: Stage, rel_idx: dict[str, Expr], ext: dict[str, int]) -> tuple[Expr, ...]:
-    """Leaf coordinates of a root coordinate (the packed layout of a cache)."""
-    val = dict(rel_idx)
-    for rel in stage.relations:
-        if rel.kind == "split":
-            f = ext[rel.children[1]]
-            val[rel.children[0]] = val[rel.parents[0]] // f
-            val[rel.children[1]] = val[rel.parents[0]] % f
-        else:
-            val[rel.children[0]] = val[rel.parents[0]] * ext[rel.parents[1]] + val[rel.parents[1]]
-    return tuple(val[leaf] for leaf in stage.leaves)
 
 
 class _Lowerer:
@@ -196,10 +105,10 @@ class _Lowerer:
             r: simplify(i - b, env.ranges)
             for r, i, b in zip(cache.stage.root, idx, cache.base, strict=True)
         }
-        ext = _leaf_extents(
+        ext = leaf_extents(
             cache.stage, dict(zip(cache.stage.root, cache.root_extents, strict=True))
         )
-        leaf_idx = tuple(simplify(e, env.ranges) for e in _forward(cache.stage, rel, ext))
+        leaf_idx = tuple(simplify(e, env.ranges) for e in forward(cache.stage, rel, ext))
         return Load(cache.buffer.name, leaf_idx, read.dtype)
 
     def expr(self, e: Expr, env: Env) -> Expr:
@@ -225,7 +134,7 @@ class _Lowerer:
 
     def _root_cache(self, s: Stage) -> Cache:
         shape = self.shapes[s.source]
-        ext = _leaf_extents(s, dict(zip(s.root, shape, strict=True)))
+        ext = leaf_extents(s, dict(zip(s.root, shape, strict=True)))
         buf = Buffer(s.name, tuple(ext[leaf] for leaf in s.leaves), s.tensor.dtype, s.scope)
         return Cache(buf, tuple(Const(0) for _ in shape), s, shape)
 
@@ -243,15 +152,15 @@ class _Lowerer:
         reduce_axes = [a.name for a in stage.tensor.op.reduce_axis]  # type: ignore[union-attr]
         root_ext = dict(zip(op_axes, widths, strict=True))
         for a in reduce_axes:
-            root_ext[a] = _int(stage.axis(a).extent, f"reduce axis {a}")
-        ext = _leaf_extents(stage, root_ext)
+            root_ext[a] = const_int(stage.axis(a).extent, f"reduce axis {a}")
+        ext = leaf_extents(stage, root_ext)
         env = env.child()
         names: dict[str, Var] = {}
         for leaf in stage.leaves:
             name = leaf if leaf not in env.names else f"{stage.name}_{leaf}"
             names[leaf] = Var(name)
             env.names.add(name)
-        rel_vals, conds = _root_values(stage, dict(names), ext)
+        rel_vals, conds = root_values(stage, dict(names), ext)
         absolute = {a: simplify(b + rel_vals[a]) for a, b in zip(op_axes, base, strict=True)}
         for a in reduce_axes:
             absolute[a] = rel_vals[a]
@@ -295,9 +204,7 @@ class _Lowerer:
                         outer_terms[atom] = c
                 if not ok:
                     break
-                from .simplify import Linear, _render
-
-                b = simplify(_render(Linear(outer_terms, 0)))
+                b = simplify(render_linear(Linear(outer_terms, 0)))
                 if lo_base is None:
                     lo_base, lo, hi = b, off_lo, off_hi
                 elif b == lo_base:
@@ -336,9 +243,6 @@ def _inline(state: State) -> dict[str, Expr]:
     return bodies
 
 
-from .nest import _NestBuilder  # noqa: E402
-
-
 def lower(sched: Schedule, args: list[Tensor], name: str = "kernel") -> LoweredFunc:
     """Lower ``sched`` to a loop nest whose arguments are ``args`` (inputs and outputs)."""
     lw = _Lowerer(sched.state, args)
@@ -348,6 +252,3 @@ def lower(sched: Schedule, args: list[Tensor], name: str = "kernel") -> LoweredF
         if t.name not in lw.shapes:
             raise ScheduleError(f"argument {t.name} is not part of the scheduled computation")
     return LoweredFunc(name, params, body)
-
-
-__all__ += ["Binary", "For", "If", "IterVar", "Reduce", "Store"]

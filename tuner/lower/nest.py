@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING
 
 from ..schedule.state import ScheduleError, Stage
 from ..te.expr import Binary, Const, Expr, Reduce, TensorRead, Var, substitute, walk
+from .context import Cache, Env, identity, leaf_extents
 from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
-from .simplify import bounds, linear, simplify
+from .simplify import Linear, bounds, linear, render_linear, simplify
 
 if TYPE_CHECKING:
-    from .lower import Cache, Env, _Lowerer
+    from .lower import _Lowerer
 
 
 def _free(e: Expr) -> set[str]:
@@ -161,8 +162,6 @@ class _NestBuilder:
         return e
 
     def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
-        from .lower import Cache
-
         inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
         if child.origin == "cache_write":
             exprs = [tuple(self.absolute[a] for a in self.op_axes)]
@@ -176,9 +175,7 @@ class _NestBuilder:
         base, widths = self.lw.region(child, self.stage, exprs, inner, env)
         if child.origin == "compute":
             return [self.lw.stage_nest(child, env, (base, widths))]
-        from .lower import _leaf_extents
-
-        ext = _leaf_extents(child, dict(zip(child.root, widths, strict=True)))
+        ext = leaf_extents(child, dict(zip(child.root, widths, strict=True)))
         buf = Buffer(
             child.name, tuple(ext[leaf] for leaf in child.leaves), child.tensor.dtype, child.scope
         )
@@ -211,8 +208,6 @@ class _NestBuilder:
         if not isinstance(self.body, Reduce):
             value = self.lw.expr(substitute(self.body, self.absolute), env)
             return Store(target.buffer, target.indices, simplify(value, env.ranges))
-        from .lower import identity
-
         if mode == "init":
             return Store(
                 target.buffer, target.indices, identity(self.body.combiner, self.body.dtype)
@@ -244,9 +239,7 @@ def _tighten(e: Expr, bound: int, var: Var, env: Env) -> Expr | None:
     a = lin.terms.get(var, 0)
     if a <= 0 or any(var.name in _free(atom) for atom in lin.terms if atom != var):
         return None
-    from .simplify import Linear, _render
-
-    rest = _render(Linear({k: c for k, c in lin.terms.items() if k != var}, lin.const))
+    rest = render_linear(Linear({k: c for k, c in lin.terms.items() if k != var}, lin.const))
     limit = (Const(bound + a - 1) - rest) // a if a != 1 else Const(bound) - rest
     out = simplify(limit, env.ranges)
     b = bounds(out, env.ranges)

@@ -14,7 +14,7 @@ from ..te.dtypes import is_int
 from ..te.expr import Binary, Cast, Compare, Const, Expr, Logical, Select, Var, children, transform
 from .ir import Load
 
-__all__ = ["Ranges", "bounds", "linear", "simplify"]
+__all__ = ["Linear", "Ranges", "bounds", "linear", "render_linear", "simplify"]
 
 #: Known inclusive integer ranges of variables, by name.
 Ranges = dict[str, tuple[int, int]]
@@ -51,7 +51,7 @@ def linear(expr: Expr) -> Linear:
     return Linear({expr: 1}, 0)
 
 
-def _render(lin: Linear, dtype: str = "int64") -> Expr:
+def render_linear(lin: Linear, dtype: str = "int64") -> Expr:
     out: Expr | None = None
     for atom, c in sorted(lin.terms.items(), key=lambda t: repr(t[0])):
         term: Expr = (
@@ -81,15 +81,12 @@ def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
         inner, d = bounds(expr.a, ranges), int(expr.b.value)
         if d <= 0:
             return None
-        if expr.op == "mod":
-            return (
-                (0, d - 1)
-                if inner is None or inner[0] < 0
-                else (inner[0] % d, inner[1] % d)
-                if inner[1] - inner[0] < d and inner[0] % d <= inner[1] % d
-                else (0, d - 1)
-            )
-        return None if inner is None else (inner[0] // d, inner[1] // d)
+        if expr.op == "floordiv":
+            return None if inner is None else (inner[0] // d, inner[1] // d)
+        # A non-negative range that does not wrap around d keeps its order under % d.
+        if inner is not None and inner[0] >= 0 and inner[0] // d == inner[1] // d:
+            return inner[0] % d, inner[1] % d
+        return 0, d - 1
     if isinstance(expr, Binary) and expr.op in ("min", "max"):
         a, b = bounds(expr.a, ranges), bounds(expr.b, ranges)
         if a is None or b is None:
@@ -122,27 +119,30 @@ def _divmod(op: str, num: Expr, d: int, ranges: Ranges, dtype: str) -> Expr | No
     rest = Linear({a: c for a, c in lin.terms.items() if c % d != 0}, lin.const)
     q, r = divmod(rest.const, d)
     whole.const, rest.const = q, r
-    rb = bounds(_render(rest, dtype), ranges)
+    rb = bounds(render_linear(rest, dtype), ranges)
     if rb is not None and rb[0] >= 0 and rb[1] < d:
         if op == "floordiv":
-            return _render(whole, dtype)
-        return _render(rest, dtype)
+            return render_linear(whole, dtype)
+        return render_linear(rest, dtype)
     if whole.terms or whole.const:
         if op == "floordiv":
-            return _render(
+            return render_linear(
                 whole.add(
-                    Linear({Binary("floordiv", _render(rest, dtype), Const(d, dtype), dtype): 1}, 0)
+                    Linear(
+                        {Binary("floordiv", render_linear(rest, dtype), Const(d, dtype), dtype): 1},
+                        0,
+                    )
                 ),
                 dtype,
             )
-        return Binary("mod", _render(rest, dtype), Const(d, dtype), dtype)
+        return Binary("mod", render_linear(rest, dtype), Const(d, dtype), dtype)
     return None
 
 
 def _fold(e: Expr, ranges: Ranges) -> Expr | None:
     if isinstance(e, Binary) and is_int(e.dtype):
         if e.op in ("add", "sub", "mul"):
-            return _render(linear(e), e.dtype)
+            return render_linear(linear(e), e.dtype)
         if e.op in ("floordiv", "mod") and isinstance(e.b, Const):
             d = int(e.b.value)
             if isinstance(e.a, Const):
@@ -165,7 +165,7 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
     ):
         return None
     if isinstance(e, Compare) and is_int(e.a.dtype) and is_int(e.b.dtype):
-        diff = bounds(_render(linear(Binary("sub", e.a, e.b, "int64"))), ranges)
+        diff = bounds(render_linear(linear(Binary("sub", e.a, e.b, "int64"))), ranges)
         if diff is not None:
             lo, hi = diff
             truth = {
@@ -181,29 +181,16 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
             if truth[1]:
                 return Const(False, "bool")
     if isinstance(e, Logical):
-        args = [a for a in e.args]
-        if e.op == "and":
-            if any(isinstance(a, Const) and not a.value for a in args):
-                return Const(False, "bool")
-            keep = tuple(a for a in args if not (isinstance(a, Const) and a.value))
-            return (
-                Const(True, "bool")
-                if not keep
-                else keep[0]
-                if len(keep) == 1
-                else Logical("and", keep)
-            )
-        if e.op == "or":
-            if any(isinstance(a, Const) and a.value for a in args):
-                return Const(True, "bool")
-            keep = tuple(a for a in args if not (isinstance(a, Const) and not a.value))
-            return (
-                Const(False, "bool")
-                if not keep
-                else keep[0]
-                if len(keep) == 1
-                else Logical("or", keep)
-            )
+        args = e.args
+        if e.op in ("and", "or"):
+            # ``absorbing`` decides the result outright; the other constant is a no-op.
+            absorbing = e.op == "or"
+            if any(isinstance(a, Const) and bool(a.value) == absorbing for a in args):
+                return Const(absorbing, "bool")
+            keep = tuple(a for a in args if not isinstance(a, Const))
+            if not keep:
+                return Const(not absorbing, "bool")
+            return keep[0] if len(keep) == 1 else Logical(e.op, keep)
         if e.op == "not" and isinstance(args[0], Const):
             return Const(not args[0].value, "bool")
     if isinstance(e, Select) and isinstance(e.cond, Const):

@@ -1,0 +1,102 @@
+"""What lowering carries while it walks the loop nests: environments, caches, axis maps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..schedule.state import ScheduleError, Stage
+from ..te.dtypes import is_float
+from ..te.expr import Const, Expr
+from .ir import Buffer
+from .simplify import Ranges
+
+__all__ = ["Cache", "Env", "forward", "identity", "leaf_extents", "root_values"]
+
+
+def identity(combiner: str, dtype: str) -> Const:
+    if combiner == "sum":
+        return Const(0.0 if is_float(dtype) else 0, dtype)
+    big = {"int8": 127, "int32": 2**31 - 1, "int64": 2**63 - 1}
+    if is_float(dtype):
+        return Const(-math.inf if combiner == "max" else math.inf, dtype)
+    return Const(-big[dtype] - 1 if combiner == "max" else big[dtype], dtype)
+
+
+@dataclass
+class Cache:
+    """A compact buffer: reads of ``source`` at ``idx`` go to ``buffer`` at leaf(idx - base)."""
+
+    buffer: Buffer
+    base: tuple[Expr, ...]
+    stage: Stage
+    root_extents: tuple[int, ...]
+
+
+@dataclass
+class Env:
+    ranges: Ranges = field(default_factory=dict)
+    parallel: str = ""
+    caches: dict[str, Cache] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+    # While building the full-tile version of a register tile: the conditions
+    # under which skipping a loop bound is exact (shared with child envs).
+    specialize: list[Expr] | None = None
+
+    def child(self) -> Env:
+        return Env(
+            dict(self.ranges), self.parallel, dict(self.caches), set(self.names), self.specialize
+        )
+
+
+def const_int(e: Expr, what: str) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    raise ScheduleError(f"{what} has symbolic extent {e!r}; building needs concrete extents")
+
+
+def leaf_extents(stage: Stage, root: dict[str, int]) -> dict[str, int]:
+    ext = dict(root)
+    for rel in stage.relations:
+        if rel.kind == "split":
+            parent = ext[rel.parents[0]]
+            factor = const_int(rel.factor, f"split of {rel.parents[0]}")
+            ext[rel.children[0]] = -(-parent // factor)
+            ext[rel.children[1]] = factor
+        else:
+            ext[rel.children[0]] = ext[rel.parents[0]] * ext[rel.parents[1]]
+    return ext
+
+
+def root_values(
+    stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, int]
+) -> tuple[dict[str, Expr], list[tuple[Expr, int]]]:
+    """Axis values from loop variables, and the bounds (``value < extent``) splits need."""
+    val = dict(leaf_vars)
+    conds: list[tuple[Expr, int]] = []
+    for rel in reversed(stage.relations):
+        if rel.kind == "split":
+            outer, inner = rel.children
+            parent = rel.parents[0]
+            val[parent] = val[outer] * ext[inner] + val[inner]
+            if ext[outer] * ext[inner] != ext[parent]:
+                conds.append((val[parent], ext[parent]))
+        else:
+            fused = val[rel.children[0]]
+            inner_ext = ext[rel.parents[1]]
+            val[rel.parents[0]] = fused // inner_ext
+            val[rel.parents[1]] = fused % inner_ext
+    return {r: val[r] for r in stage.root}, conds
+
+
+def forward(stage: Stage, rel_idx: dict[str, Expr], ext: dict[str, int]) -> tuple[Expr, ...]:
+    """Leaf coordinates of a root coordinate (the packed layout of a cache)."""
+    val = dict(rel_idx)
+    for rel in stage.relations:
+        if rel.kind == "split":
+            f = ext[rel.children[1]]
+            val[rel.children[0]] = val[rel.parents[0]] // f
+            val[rel.children[1]] = val[rel.parents[0]] % f
+        else:
+            val[rel.children[0]] = val[rel.parents[0]] * ext[rel.parents[1]] + val[rel.parents[1]]
+    return tuple(val[leaf] for leaf in stage.leaves)
