@@ -126,20 +126,23 @@ from tuner.codegen.runtime import carray, erf32, exp32, sigmoid32, sigmoid64, st
 """
 
 
-def _module_source(func: LoweredFunc, body: str, vec: str, options: BuildOptions) -> str:
+def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
     import numba
 
     sig = ", ".join(f"numba.{b.dtype}[::1]" for b in func.args)
-    parallel = "prange(" in body
     fm = "{'contract'}" if options.fastmath_contract else "False"
-    deco = (
-        f"@numba.njit(numba.void({sig}), cache={options.cache}, parallel={parallel}, "
-        f"fastmath={fm}, error_model='numpy', boundscheck=False)\n"
+    flags = f"cache={options.cache}, fastmath={fm}, error_model='numpy', boundscheck=False"
+    parallel = any(isinstance(s, For) and s.kind == "parallel" for s in _walk(func.body))
+    body = render(
+        func,
+        "numba",
+        entry_decorator=f"@numba.njit(numba.void({sig}), {flags}, parallel={parallel})",
+        body_decorator=f"@numba.njit({flags}, parallel={parallel})",
     )
     header = _HEADER.format(
         what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
     )
-    return header + deco + body
+    return header + body
 
 
 @contextlib.contextmanager
@@ -179,9 +182,8 @@ def _import(path: Path, name: str, source: str, vec: str) -> ModuleType:
 def compile_lowered(
     func: LoweredFunc, target: Target, options: BuildOptions = BuildOptions()
 ) -> Kernel:
-    body = render(func, "numba")
     vec = _vectorizer(func, options)
-    source = _module_source(func, body, vec, options)
+    source = _module_source(func, vec, options)
     key = hashlib.sha256((source + target.fingerprint + repr(options)).encode()).hexdigest()[:20]
     name = f"k_{key}"
     if name in sys.modules:

@@ -211,13 +211,30 @@ def _subst_expr(e: Expr, m: dict[str, Expr]) -> Expr:
     return simplify(transform(e, fn))
 
 
-def render(func: LoweredFunc, flavour: str = "print") -> str:
-    """The kernel as Python source (``"numba"``) or as a readable loop nest (``"print"``)."""
+def render(
+    func: LoweredFunc, flavour: str = "print", entry_decorator: str = "", body_decorator: str = ""
+) -> str:
+    """The kernel as Python source (``"numba"``) or as a readable loop nest (``"print"``).
+
+    In Numba source, scratch buffers outside parallel loops are allocated by
+    the entry function and passed to a separate ``<name>_body`` function:
+    allocating them inside the loop nest's own function kept LLVM from
+    vectorizing register tiles (3.8 against 52 to 74 GFLOP/s, measured).
+    """
     r = _Renderer(func, flavour)
     r.stmt(func.body, 1, False)
     params = ", ".join(b.name for b in func.args)
-    head = [f"def {func.name}({params}):"]
     if not r.numba:
+        head = [f"def {func.name}({params}):"]
         head += [f"    # {b.name}: {b.dtype}[{', '.join(map(str, b.shape))}]" for b in func.args]
-    body = ["    " + h for h in r.hoisted] + r.lines
-    return "\n".join(head + body) + "\n"
+        return "\n".join(head + r.lines) + "\n"
+    deco = [entry_decorator] if entry_decorator else []
+    if not r.hoisted:
+        return "\n".join([*deco, f"def {func.name}({params}):", *r.lines]) + "\n"
+    scratch = ", ".join(line.split(" = ", 1)[0] for line in r.hoisted)
+    body = [body_decorator] if body_decorator else []
+    body += [f"def {func.name}_body({params}, {scratch}):", *r.lines, ""]
+    entry = [*deco, f"def {func.name}({params}):"]
+    entry += ["    " + h for h in r.hoisted]
+    entry.append(f"    {func.name}_body({params}, {scratch})")
+    return "\n".join(body + entry) + "\n"
