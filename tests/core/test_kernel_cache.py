@@ -31,12 +31,12 @@ SCRIPT = textwrap.dedent(
     a = np.ones((64, 64), np.float32); c = np.zeros((64, 64), np.float32)
     f(a, a, c)
     assert c[0, 0] == 64.0
-    print(t2 - t1)
+    print(f.from_cache, t2 - t1)
     """
 )
 
 
-def test_cached_kernel_builds_in_under_a_second_in_a_fresh_process(tmp_path: Path) -> None:
+def test_a_fresh_process_loads_the_cached_kernel(tmp_path: Path) -> None:
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, TUNER_CACHE_DIR=str(tmp_path / "cache"))
     script = SCRIPT.format(root=root)

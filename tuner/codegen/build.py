@@ -62,6 +62,13 @@ class Kernel:
         self.target = target
         self._fn = getattr(module, func.name)
         self._threads = int(target.get("threads", 0))
+        stats = getattr(self._fn, "stats", None)
+        #: True when Numba loaded the machine code from its disk cache.
+        self.from_cache = bool(
+            stats is not None
+            and sum(stats.cache_hits.values())
+            and not sum(stats.cache_misses.values())
+        )
 
     @property
     def args(self) -> tuple[Any, ...]:
