@@ -46,9 +46,9 @@ def test_a_fresh_process_loads_the_cached_kernel(tmp_path: Path) -> None:
     second = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
-    cold, warm = float(first.stdout.split()[-1]), float(second.stdout.split()[-1])
     assert list((tmp_path / "cache").glob("k_*.py")), (
         "the kernel module was not written to the cache"
     )
-    assert warm < 1.0, f"cached build took {warm:.2f}s (cold {cold:.2f}s)"
-    assert warm < cold
+    # Build times are measured by experiments/bench_build_cache.py; here: compiled, then loaded.
+    assert first.stdout.split()[-2] == "False"
+    assert second.stdout.split()[-2] == "True"
