@@ -136,20 +136,12 @@ from tuner.codegen.runtime import carray, erf32, exp32, sigmoid32, sigmoid64, st
 def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
     import numba
 
-    sig = ", ".join(f"numba.{b.dtype}[::1]" for b in func.args)
     fm = "{'contract'}" if options.fastmath_contract else "False"
     flags = f"cache={options.cache}, fastmath={fm}, error_model='numpy', boundscheck=False"
-    parallel = any(isinstance(s, For) and s.kind == "parallel" for s in _walk(func.body))
-    body = render(
-        func,
-        "numba",
-        entry_decorator=f"@numba.njit(numba.void({sig}), {flags}, parallel={parallel})",
-        body_decorator=f"@numba.njit({flags}, parallel={parallel})",
-    )
     header = _HEADER.format(
         what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
     )
-    return header + body
+    return header + render(func, "numba", njit_flags=flags)
 
 
 @contextlib.contextmanager
