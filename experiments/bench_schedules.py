@@ -19,23 +19,17 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from search_spaces import matmul
+
 OUT = Path(__file__).resolve().parent / "out"
-
-
-def matmul(n: int):  # type: ignore[no-untyped-def]
-    from tuner import te
-
-    A = te.placeholder((n, n), "float32", name="A")
-    B = te.placeholder((n, n), "float32", name="B")
-    k = te.reduce_axis(n, name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C
 
 
 def naive(n: int):  # type: ignore[no-untyped-def]
     from tuner import te
 
-    A, B, C = matmul(n)
+    A, B, C = matmul.define(n, n, n)
     return te.create_schedule(C), [A, B, C]
 
 
@@ -43,7 +37,7 @@ def cache_tiled(n: int):  # type: ignore[no-untyped-def]
     """32x256 tiles of C, K blocked by 64, inner loop over contiguous rows of B."""
     from tuner import te
 
-    A, B, C = matmul(n)
+    A, B, C = matmul.define(n, n, n)
     s = te.create_schedule(C)
     i, j = s[C].op.axis
     (k,) = s[C].op.reduce_axis
@@ -54,46 +48,17 @@ def cache_tiled(n: int):  # type: ignore[no-untyped-def]
     return s, [A, B, C]
 
 
-def register_blocked(
-    n: int,
-    mr: int = 6,
-    nr: int = 16,
-    kc: int = 256,
-    mc: int = 96,
-    nc: int = 256,
-    parallel: bool = False,
-):  # type: ignore[no-untyped-def]
-    """GotoBLAS-shaped: B packed into [NC/16][KC][16] panels, an MRxNR register tile."""
-    from tuner import te
-
-    A, B, C = matmul(n)
-    s = te.create_schedule(C)
-    i, j = s[C].op.axis
-    (k,) = s[C].op.reduce_axis
-    jo, ji = s[C].split(j, factor=nc)
-    jb, jv = s[C].split(ji, factor=nr)
-    ko, ki = s[C].split(k, factor=kc)
-    io, ii = s[C].split(i, factor=mc)
-    ib, ir = s[C].split(ii, factor=mr)
-    s[C].reorder(jo, ko, io, jb, ib, ki, ir, jv)
-    CL = s.cache_write(C, "local")
-    s[CL].compute_at(s[C], ib)
-    BP = s.cache_read(B, "global", [C])
-    s[BP].compute_at(s[C], ko)
-    bk, bj = s[BP].op.axis
-    bjo, bji = s[BP].split(bj, factor=nr)
-    s[BP].reorder(bjo, bk, bji)
-    s[C].vectorize(jv)
-    if parallel:
-        s[C].parallel(jo)
-    return s, [A, B, C]
+def register_blocked(n: int, parallel: bool = False, **knobs: object):  # type: ignore[no-untyped-def]
+    """The matmul template's GotoBLAS nest: B packed into [NC/16][KC][16], a 6x16 register tile."""
+    cfg = {**matmul.default_config(n, n, n), "parallel": parallel, **knobs}
+    return matmul.schedule(matmul.config_space(n, n, n).validate(cfg), n, n, n)
 
 
 VARIANTS = {
     "naive": naive,
     "cache_tiled": cache_tiled,
     "register_blocked": register_blocked,
-    "parallel": lambda n: register_blocked(n, nc=128, parallel=True),
+    "parallel": lambda n: register_blocked(n, parallel=True, nc_tiles=8),
 }
 
 

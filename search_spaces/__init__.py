@@ -1,0 +1,1 @@
+"""Operator templates: definition, NumPy reference, knob space and schedule per operator."""
