@@ -1,1 +1,132 @@
-"""Operator templates: definition, NumPy reference, knob space and schedule per operator."""
+"""Operator templates, found by name: definition, NumPy reference, knobs and schedule.
+
+>>> op = get_operator("matmul")
+>>> args = op.parse_args({"M": "512", "N": "512", "K": "512"})
+>>> space = op.space(args)
+>>> sched, tensors = op.schedule(op.default_config(args), args)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuner.schedule import Schedule
+from tuner.space import ConfigSpace
+from tuner.te import Tensor
+
+__all__ = ["Operator", "OperatorError", "Param", "get_operator", "operators", "register_operator"]
+
+
+class OperatorError(ValueError):
+    """An unknown operator, or arguments it does not accept."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: type  # int, str or bool
+    default: Any = None
+    choices: tuple[Any, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One tunable operator; every callable takes the parsed argument mapping."""
+
+    name: str
+    doc: str
+    params: tuple[Param, ...]
+    space: Callable[[Mapping[str, Any]], ConfigSpace]
+    schedule: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[Schedule, list[Tensor]]]
+    default_config: Callable[[Mapping[str, Any]], dict[str, Any]]
+    reference: Callable[..., np.ndarray]
+    flops: Callable[[Mapping[str, Any]], float]
+
+    def parse_args(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Check and convert ``NAME=VALUE`` arguments (strings from a command line or typed)."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise OperatorError(
+                f"{self.name} has no argument {unknown[0]!r}; its arguments are {', '.join(known)}"
+            )
+        out: dict[str, Any] = {}
+        for p in self.params:
+            if p.name not in raw:
+                if p.default is None:
+                    raise OperatorError(f"{self.name} needs argument {p.name}")
+                out[p.name] = p.default
+                continue
+            out[p.name] = _convert(self.name, p, raw[p.name])
+        return out
+
+    def make_inputs(self, args: Mapping[str, Any], seed: int = 0) -> list[np.ndarray]:
+        """Random inputs for the operator's placeholders, in argument order."""
+        _, tensors = self.schedule(self.default_config(args), args)
+        rng = np.random.default_rng(seed)
+        arrays = []
+        for t in tensors[:-1]:
+            if t.dtype == "int8":
+                arrays.append(rng.integers(-128, 128, t.shape_ints).astype(np.int8))
+            else:
+                arrays.append((rng.random(t.shape_ints) * 2 - 1).astype(t.dtype))
+        return arrays
+
+
+def _convert(op: str, p: Param, value: Any) -> Any:
+    try:
+        if p.kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                value = value.lower() in ("true", "1")
+            converted: Any = bool(value)
+        elif p.kind is int:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            converted = int(value)
+            if converted < 1:
+                raise ValueError(value)
+        else:
+            converted = str(value)
+    except (TypeError, ValueError):
+        raise OperatorError(
+            f"{op} argument {p.name} must be a {'positive integer' if p.kind is int else p.kind.__name__}, got {value!r}"
+        ) from None
+    if p.choices and converted not in p.choices:
+        raise OperatorError(
+            f"{op} argument {p.name} must be one of {', '.join(map(str, p.choices))}, got {value!r}"
+        )
+    return converted
+
+
+_REGISTRY: dict[str, Operator] = {}
+
+
+def register_operator(op: Operator) -> Operator:
+    _REGISTRY[op.name] = op
+    return op
+
+
+def get_operator(name: str) -> Operator:
+    _load_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise OperatorError(
+            f"unknown operator {name!r}; known operators: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def operators() -> list[Operator]:
+    _load_builtin()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def _load_builtin() -> None:
+    from . import matmul, softmax  # noqa: F401  (they register themselves)

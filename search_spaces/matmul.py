@@ -114,3 +114,28 @@ def schedule(
     if cfg["parallel"]:
         s[C].parallel(jo)
     return s, [A, B, C]
+
+
+def _register() -> None:
+    from . import Operator, Param, register_operator
+
+    register_operator(
+        Operator(
+            name="matmul",
+            doc="C = A @ B with A: M x K, B: K x N (int8 inputs give an int32 C)",
+            params=(
+                Param("M", int, doc="rows of A and C"),
+                Param("N", int, doc="columns of B and C"),
+                Param("K", int, doc="columns of A, rows of B"),
+                Param("dtype", str, "float32", ("float32", "float64", "int8")),
+            ),
+            space=lambda a: config_space(a["M"], a["N"], a["K"]),
+            schedule=lambda cfg, a: schedule(cfg, a["M"], a["N"], a["K"], a["dtype"]),
+            default_config=lambda a: default_config(a["M"], a["N"], a["K"]),
+            reference=reference,
+            flops=lambda a: flops(a["M"], a["N"], a["K"]),
+        )
+    )
+
+
+_register()
