@@ -1,0 +1,61 @@
+"""Isolated measurement: every kind of failure is recorded and the next candidate still runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from records import ErrorKind
+from tuner.measure import Candidate, MeasureOptions, Measurer
+from tuner.target import Target
+
+from . import faulty_ops  # noqa: F401  (registers the t_* operators here too)
+
+PLUGIN = ("tests.tuning.faulty_ops",)
+
+
+def cand(op: str, split: int = 2) -> Candidate:
+    return Candidate(op, {"N": 16}, {"split": split}, Target.from_name("cpu").to_json())
+
+
+@pytest.fixture(scope="module")
+def measurer():  # type: ignore[no-untyped-def]
+    opts = MeasureOptions(
+        jobs=2, run_timeout=5.0, samples=3, min_sample_seconds=0.001, plugins=PLUGIN
+    )
+    with Measurer(opts) as m:
+        yield m
+
+
+def test_each_failure_is_recorded_and_the_next_candidate_still_runs(measurer) -> None:  # type: ignore[no-untyped-def]
+    batch = [
+        cand("t_double"),
+        cand("t_wrong"),
+        cand("t_double", split=3),  # not a value of the knob
+        cand("t_crash"),
+        cand("t_double", split=4),
+        cand("t_hang"),
+        cand("t_double", split=1),
+    ]
+    results = measurer.measure(batch)
+    kinds = [r.error_kind for r in results]
+    assert kinds == [
+        ErrorKind.OK,
+        ErrorKind.WRONG_ANSWER,
+        ErrorKind.SCHEDULE_ERROR,
+        ErrorKind.RUNTIME_ERROR,
+        ErrorKind.OK,
+        ErrorKind.RUN_TIMEOUT,
+        ErrorKind.OK,
+    ]
+    assert "died" in results[3].error_msg
+    assert "knob 'split'" in results[2].error_msg
+    ok = results[0]
+    assert len(ok.samples) == 3 and all(s > 0 for s in ok.samples)
+    assert ok.build_seconds > 0
+
+
+def test_a_build_timeout_is_recorded_and_the_pool_recovers() -> None:
+    opts = MeasureOptions(jobs=1, build_timeout=0.01, samples=1, plugins=PLUGIN)
+    with Measurer(opts) as m:
+        first = m.measure([cand("t_double", split=4)])
+    assert first[0].error_kind == ErrorKind.COMPILE_TIMEOUT

@@ -1,0 +1,123 @@
+"""Code that runs inside build workers and the runner process."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from records import ErrorKind
+
+from ._types import Candidate, MeasureOptions
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
+
+def init_build_worker(plugins: tuple[str, ...] = ()) -> None:
+    """Builds run side by side: one Numba thread each, or they oversubscribe the cores."""
+    os.environ["NUMBA_NUM_THREADS"] = "1"
+    _import_plugins(plugins)
+
+
+def _import_plugins(plugins: tuple[str, ...]) -> None:
+    import importlib
+
+    for name in plugins:
+        importlib.import_module(name)
+
+
+def _kernel(c: Candidate):  # type: ignore[no-untyped-def]
+    from search_spaces import get_operator
+
+    from ..codegen import build
+    from ..target import Target
+
+    op = get_operator(c.op)
+    sched, tensors = op.schedule(op.space(c.args).validate(c.config), c.args)
+    return op, tensors, build(sched, tensors, target=Target.from_json(c.target))
+
+
+def build_candidate(c: Candidate) -> tuple[str, str, float]:
+    """Compile into the disk cache; returns (error kind, message, seconds)."""
+    from ..schedule import ScheduleError
+    from ..space import ConfigError
+
+    t0 = time.perf_counter()
+    try:
+        _kernel(c)
+    except (ScheduleError, ConfigError) as exc:
+        return ErrorKind.SCHEDULE_ERROR.value, _short(exc), time.perf_counter() - t0
+    except Exception as exc:
+        return ErrorKind.COMPILE_ERROR.value, _short(exc), time.perf_counter() - t0
+    return ErrorKind.OK.value, "", time.perf_counter() - t0
+
+
+def _time(fn: Any, opts: MeasureOptions) -> list[float]:
+    for _ in range(opts.warmup):
+        fn()
+    reps = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= opts.min_sample_seconds or reps >= 1 << 20:
+            break
+        reps *= 2 if elapsed <= 0 else max(2, int(opts.min_sample_seconds / elapsed) + 1)
+    samples = [elapsed / reps]
+    while len(samples) < opts.samples:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t0) / reps)
+    return samples
+
+
+def run_candidate(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> dict[str, Any]:
+    """Load, check once against NumPy, and time one candidate (inside the runner)."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    try:
+        op, tensors, kern = _kernel(c)
+    except Exception as exc:
+        return {"kind": ErrorKind.COMPILE_ERROR.value, "msg": _short(exc)}
+    key = repr((c.op, sorted(c.args.items())))
+    if key not in refs:
+        inputs = op.make_inputs(c.args)
+        refs.clear()  # keep one workload's arrays at a time
+        refs[key] = (inputs, op.reference(*inputs))
+    inputs, expected = refs[key]
+    out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
+    try:
+        kern(*inputs, out)
+        if not np.allclose(out, expected, rtol=opts.rtol, atol=opts.atol, equal_nan=False):
+            err = float(np.nanmax(np.abs(out.astype(np.float64) - expected)))
+            return {"kind": ErrorKind.WRONG_ANSWER.value, "msg": f"max abs error {err:.3g}"}
+        samples = _time(lambda: kern(*inputs, out), opts)
+    except Exception as exc:
+        return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc)}
+    return {"kind": ErrorKind.OK.value, "samples": samples, "seconds": time.perf_counter() - t0}
+
+
+def runner_main(conn: Connection, threads: int, plugins: tuple[str, ...] = ()) -> None:
+    """The runner loop: one candidate at a time, until the pipe closes."""
+    os.environ["NUMBA_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    _import_plugins(plugins)
+    refs: dict[str, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        c, opts = msg
+        try:
+            conn.send(run_candidate(c, opts, refs))
+        except Exception:
+            conn.send({"kind": ErrorKind.RUNTIME_ERROR.value, "msg": traceback.format_exc(limit=1)})

@@ -1,0 +1,49 @@
+"""The records that pass between the tuner and its worker processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from records import ErrorKind
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How candidates are built and timed."""
+
+    jobs: int = 2  # build worker processes
+    build_timeout: float = 120.0  # seconds per build
+    run_timeout: float = 60.0  # seconds per candidate run (check + all samples)
+    samples: int = 5  # timing samples kept, ranked by their median
+    min_sample_seconds: float = 0.02  # repetitions per sample are scaled up to this
+    warmup: int = 1
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    # Modules that register extra operators, imported by every worker (Python API only;
+    # never filled from a log or a command line).
+    plugins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point to measure: an operator workload, a config, a target (all plain data)."""
+
+    op: str
+    args: dict[str, Any]
+    config: dict[str, Any]
+    target: dict[str, Any]  # Target.to_json()
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    error_kind: ErrorKind
+    error_msg: str = ""
+    samples: tuple[float, ...] = ()
+    build_seconds: float = 0.0
+    run_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind == ErrorKind.OK
