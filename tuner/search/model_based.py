@@ -1,0 +1,99 @@
+"""``xgb``: candidates ranked by a cost model trained on what was measured.
+
+Each batch: a pool of unmeasured valid configs (random ones, plus mutations
+of the best measured so far), evolved for a few rounds on the model's
+predictions; the best-predicted are proposed, with a share of random pool
+members kept for exploration. The model refits on every observation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..space import Config, ConfigSpace
+from .base import Observation, Strategy, register_strategy
+
+#: Features of one config (knob encoding, loop-nest features of its lowering, ...).
+Featurizer = Callable[[Config], np.ndarray]
+
+
+class ModelBasedSearch(Strategy):
+    """Proposes what the cost model ranks highest; see the module docstring."""
+
+    def __init__(
+        self,
+        space: ConfigSpace,
+        seed: int = 0,
+        model: str = "xgb",
+        features: Featurizer | None = None,
+        pool: int = 192,
+        explore: float = 0.25,
+        rounds: int = 2,
+        min_observations: int = 8,
+        **options: Any,
+    ):
+        super().__init__(space, seed)
+        from cost_models import get_cost_model
+
+        self.name = model
+        self.model = get_cost_model(model, seed=seed)
+        self.featurize = features or space.encode
+        self.pool, self.explore, self.rounds = pool, explore, rounds
+        self.min_observations = min_observations
+        self._features: dict[str, np.ndarray] = {}
+        self._scores: dict[str, float] = {}
+
+    def _feat(self, cfg: Config) -> np.ndarray:
+        f = self._features.get(cfg.key)
+        if f is None:
+            f = self._features[cfg.key] = np.asarray(self.featurize(cfg), dtype=np.float64)
+        return f
+
+    def observe(self, observations: Sequence[Observation]) -> None:
+        super().observe(observations)
+        if len(self.history) < self.min_observations:
+            return
+        x = np.stack([self._feat(c) for c, _ in self.history])
+        y = np.array([s for _, s in self.history], dtype=np.float64)
+        self.model.fit(x, y)
+
+    def _score(self, cfgs: list[Config]) -> np.ndarray:
+        scores = self.model.predict(np.stack([self._feat(c) for c in cfgs]))
+        self._scores.update({c.key: float(s) for c, s in zip(cfgs, scores, strict=True)})
+        return scores
+
+    def predicted(self, config: Config) -> float | None:
+        return self._scores.get(config.key)
+
+    def propose(self, n: int, exclude: set[str]) -> list[Config]:
+        if n <= 0:
+            return []
+        if not self.model.is_fitted:
+            return self.space.sample_many(self.rng, n, exclude=exclude)
+        pool = {c.key: c for c in self.space.sample_many(self.rng, self.pool, exclude=exclude)}
+        parents = [c for c, s in sorted(self.history, key=lambda o: o[1]) if math.isfinite(s)][:8]
+        for _ in range(self.rounds):
+            for cfg in parents:
+                for child in self.space.neighbours(cfg, self.rng)[:6]:
+                    if child.key not in exclude:
+                        pool.setdefault(child.key, child)
+            cands = list(pool.values())
+            parents = [cands[i] for i in np.argsort(-self._score(cands), kind="stable")[:8]]
+        cands = list(pool.values())
+        order = np.argsort(-self._score(cands), kind="stable")
+        n_explore = min(len(cands), max(1, round(n * self.explore))) if n > 1 else 0
+        chosen = [cands[i] for i in order[: n - n_explore]]
+        rest = [cands[i] for i in order[n - n_explore :]]
+        if rest and n_explore:
+            picks = self.rng.choice(len(rest), size=min(n_explore, len(rest)), replace=False)
+            chosen += [rest[i] for i in picks]
+        return chosen[:n]
+
+
+@register_strategy("xgb")
+def _xgb(space: ConfigSpace, seed: int = 0, **options: Any) -> Strategy:
+    return ModelBasedSearch(space, seed, model="xgb", **options)
