@@ -1,131 +1,210 @@
-"""The ``tuner`` command.
+"""The ``tuner`` command: tune operators, inspect tuning logs, build the best.
 
-``tuner demo`` builds matmul schedules written by hand (the tuning loop that
-searches for them comes with ``tuner tune``), checks each against NumPy,
-times it beside NumPy and appends every measurement to a tuning log.
-Errors a user can cause end in one line and a non-zero exit.
+    tuner tune matmul M=512 N=512 K=512 --trials 64
+    tuner ops
+    tuner best tune.jsonl
+    tuner show tune.jsonl --top 10
+
+Errors a user can cause end in one line and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
 
 
-def _schedules(n: int):  # type: ignore[no-untyped-def]
-    from search_spaces import matmul
-
-    from .te import create_schedule
-
-    def ikj():  # type: ignore[no-untyped-def]
-        A, B, C = matmul.define(n, n, n)
-        s = create_schedule(C)
-        i, j = s[C].op.axis
-        (k,) = s[C].op.reduce_axis
-        s[C].reorder(i, k, j)
-        return s, [A, B, C]
-
-    def default():  # type: ignore[no-untyped-def]
-        return matmul.schedule(matmul.default_config(n, n, n), n, n, n)
-
-    return {"ikj": ikj, "template_default": default}
+def _kv(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"expected NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
 
 
-def demo(args: argparse.Namespace) -> int:
-    import numpy as np
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return value
+
+    return parse
+
+
+def cmd_tune(ns: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
-    from records import ErrorKind, LogWriter, Record
+    from .measure import MeasureOptions
+    from .progress import TuneDisplay
+    from .tune import TuneOptions, tune
 
-    from . import build
-    from .target import Target
-    from .workload import Workload
-
-    n = args.size
-    target = Target.from_name("cpu")
-    workload = Workload.make("matmul", M=n, N=n, K=n, dtype="float32")
-    rng = np.random.default_rng(0)
-    a = rng.random((n, n), dtype=np.float32)
-    b = rng.random((n, n), dtype=np.float32)
-    ref = a @ b
-    console = Console()
-    table = Table(
-        title=f"matmul {n}x{n}x{n} float32 on {target.cap('model')} ({target.cap('cores')} cores)"
+    opts = TuneOptions(
+        trials=ns.trials,
+        time_limit=ns.time_limit,
+        strategy=ns.strategy,
+        log=ns.log,
+        seed=ns.seed,
+        batch=ns.batch,
+        early_stopping=ns.early_stopping,
+        target=ns.target,
+        threads=ns.threads,
+        storage=ns.storage,
+        measure=MeasureOptions(jobs=ns.jobs),
     )
-    for col in ("schedule", "GFLOP/s", "x NumPy", "build s"):
-        table.add_column(col, justify="right" if col != "schedule" else "left")
-    np_times: list[float] = []
-    rows: list[tuple[str, float, float]] = []
-    with LogWriter(args.log) as log:
-        for trial, (name, make) in enumerate(_schedules(n).items()):
-            s, tensors = make()
-            t0 = time.perf_counter()
-            kern = build(s, tensors, target=target)
-            build_s = time.perf_counter() - t0
-            c = np.empty_like(ref)
-            kern(a, b, c)
-            ok = bool(np.allclose(c, ref, rtol=1e-3, atol=1e-3))
-            samples = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                np.matmul(a, b, out=ref)
-                np_times.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                kern(a, b, c)
-                samples.append(time.perf_counter() - t0)
-            med = statistics.median(samples)
-            log.write(
-                Record.make(
-                    workload,
-                    target,
-                    {"schedule": name},
-                    samples=tuple(samples),
-                    error_kind=ErrorKind.OK if ok else ErrorKind.WRONG_ANSWER,
-                    build_seconds=build_s,
-                    run_seconds=sum(samples),
-                    strategy="hand-written",
-                    trial=trial,
-                    flops=2.0 * n**3,
-                    extra={"trace": s.to_json()},
-                )
-            )
-            rows.append((name, med, build_s))
-    np_med = statistics.median(np_times)  # NumPy was timed between the kernels' runs
-    for name, med, build_s in rows:
-        table.add_row(name, f"{2 * n**3 / med / 1e9:.1f}", f"{np_med / med:.2f}", f"{build_s:.2f}")
-    table.add_row("numpy", f"{2 * n**3 / np_med / 1e9:.1f}", "1.00", "-")
-    console.print(table)
-    console.print(f"appended {len(rows)} records to {args.log}")
+    # Check what the user typed before drawing a progress bar.
+    from search_spaces import get_operator
+
+    from .search import StrategyError, strategies
+    from .target import Target
+
+    get_operator(ns.op).parse_args(_kv(ns.args))
+    if ns.strategy not in strategies():
+        raise StrategyError(
+            f"unknown strategy {ns.strategy!r}; known strategies: {', '.join(strategies())}"
+        )
+    Target.from_name(ns.target)
+    console = Console(stderr=True)
+    with TuneDisplay(console, f"{ns.op} {' '.join(ns.args)}", ns.trials) as display:
+        result = tune(ns.op, _kv(ns.args), opts, progress=display.update)
+    display.summary(result, ns.log)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def cmd_ops(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from search_spaces import operators
+
+    table = Table(title="operators")
+    table.add_column("operator")
+    table.add_column("arguments (NAME=VALUE)")
+    table.add_column("computes")
+    for op in operators():
+        params = []
+        for p in op.params:
+            text = p.name if p.default is None else f"{p.name}={p.default}"
+            if p.choices:
+                text += f" ({'|'.join(map(str, p.choices))})"
+            params.append(text)
+        table.add_row(op.name, " ".join(params), op.doc)
+    Console().print(table)
+    return 0
+
+
+def cmd_best(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from records import best_by_workload, load
+
+    table = Table(title=f"best records in {ns.log}")
+    for col in ("workload", "target", "GFLOP/s", "median ms", "trial", "config"):
+        table.add_column(col)
+    for (key, kind), rec in sorted(best_by_workload(load(ns.log)).items()):
+        gf = f"{rec.gflops:.1f}" if rec.gflops else "-"
+        table.add_row(key, kind, gf, f"{rec.median * 1e3:.3f}", str(rec.trial), str(rec.config))
+    Console().print(table)
+    return 0
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from records import load
+
+    recs = load(ns.log)
+    ok = sorted((r for r in recs if r.ok), key=lambda r: r.median)[: ns.top]
+    errors: dict[str, int] = {}
+    for r in recs:
+        if not r.ok:
+            errors[r.error_kind.value] = errors.get(r.error_kind.value, 0) + 1
+    table = Table(title=f"{ns.log}: {len(recs)} records, top {len(ok)}")
+    for col in ("trial", "workload", "strategy", "GFLOP/s", "median ms", "config"):
+        table.add_column(col)
+    for r in ok:
+        gf = f"{r.gflops:.1f}" if r.gflops else "-"
+        table.add_row(
+            str(r.trial), r.workload.key, r.strategy, gf, f"{r.median * 1e3:.3f}", str(r.config)
+        )
+    console = Console()
+    console.print(table)
+    if errors:
+        console.print("errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tuner", description="Schedule-search autotuner for deep-learning operators."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+
     p = sub.add_parser(
-        "demo", help="build hand-written matmul schedules, time them beside NumPy, log them"
+        "tune", help="search an operator's schedules; append every measurement to a log"
     )
-    p.add_argument("--size", type=int, default=512, help="matmul extent (M = N = K), default 512")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per schedule")
+    p.add_argument("op", help="operator name (see 'tuner ops')")
+    p.add_argument("args", nargs="*", metavar="NAME=VALUE", help="operator arguments")
+    p.add_argument("--target", default="cpu", help="target kind (default cpu)")
     p.add_argument(
-        "--log", type=Path, default=Path("tuner-demo.jsonl"), help="tuning log to append to"
+        "--trials", type=_positive(int), default=64, help="candidates to measure (default 64)"
     )
-    p.set_defaults(func=demo)
-    args = parser.parse_args(argv)
-    if getattr(args, "size", 1) < 1 or getattr(args, "repeat", 1) < 1:
-        print("tuner: error: --size and --repeat must be positive", file=sys.stderr)
-        return 2
+    p.add_argument(
+        "--time-limit", type=_positive(float), default=None, help="stop after this many seconds"
+    )
+    p.add_argument("--strategy", default="xgb", help="search strategy (default xgb)")
+    p.add_argument(
+        "--log", type=Path, default=Path("tune.jsonl"), help="tuning log (default tune.jsonl)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=_positive(int), default=2, help="parallel build processes")
+    p.add_argument("--batch", type=_positive(int), default=8, help="candidates per round")
+    p.add_argument(
+        "--threads",
+        type=_positive(int),
+        default=None,
+        help="threads per kernel (default: all cores)",
+    )
+    p.add_argument(
+        "--early-stopping",
+        type=_positive(int),
+        default=None,
+        metavar="N",
+        help="stop after N trials without improvement",
+    )
+    p.add_argument("--storage", default=None, help="Optuna storage URL (Optuna strategies only)")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("ops", help="list the operators and their arguments")
+    p.set_defaults(func=cmd_ops)
+    p = sub.add_parser("best", help="the best record per workload and target in a log")
+    p.add_argument("log", type=Path)
+    p.set_defaults(func=cmd_best)
+    p = sub.add_parser("show", help="the fastest records of a log and its error counts")
+    p.add_argument("log", type=Path)
+    p.add_argument("--top", type=_positive(int), default=10)
+    p.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        return int(ns.func(ns))
     except KeyboardInterrupt:
         print("tuner: interrupted; the log keeps every measurement made so far", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ImportError) as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)
         return 1

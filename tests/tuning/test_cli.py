@@ -1,0 +1,54 @@
+"""User mistakes end in one clear line and a non-zero exit; the read-only commands work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.cli import main
+
+GOLDEN = Path(__file__).resolve().parents[1] / "records" / "golden" / "v1.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["tune", "convolution", "N=1"], "unknown operator 'convolution'"),
+        (["tune", "matmul", "M=8", "N=8"], "matmul needs argument K"),
+        (["tune", "matmul", "M=8", "N=8", "K=eight"], "K must be a positive integer"),
+        (["tune", "matmul", "M=8", "N=8", "K=8", "Q=1"], "has no argument 'Q'"),
+        (["tune", "matmul", "M8"], "expected NAME=VALUE"),
+        (
+            ["tune", "matmul", "M=8", "N=8", "K=8", "--strategy", "magic"],
+            "unknown strategy 'magic'",
+        ),
+        (["tune", "matmul", "M=8", "N=8", "K=8", "--target", "tpu"], "unknown target 'tpu'"),
+        (["best", "no-such-log.jsonl"], "does not exist"),
+        (["show", "no-such-log.jsonl"], "does not exist"),
+    ],
+)
+def test_user_mistakes_are_one_line(argv, message, capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("tuner: error: ") and message in err[-1], err
+    assert "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "tune.jsonl").exists() or (tmp_path / "tune.jsonl").stat().st_size == 0
+
+
+def test_bad_flag_values_exit_with_usage(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "matmul", "M=8", "N=8", "K=8", "--trials", "0"])
+    assert info.value.code == 2
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_ops_best_and_show(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["ops"]) == 0
+    assert "matmul" in capsys.readouterr().out
+    assert main(["best", str(GOLDEN)]) == 0
+    out = capsys.readouterr().out
+    assert "matmul" in out
+    assert main(["show", str(GOLDEN), "--top", "2"]) == 0
+    assert "errors:" in capsys.readouterr().out

@@ -1,0 +1,52 @@
+"""The tuning loop end to end: log, resume without repeats, damaged lines, wrong answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from records import RecordsWarning, load
+from tuner.measure import MeasureOptions
+from tuner.tune import TuneOptions, tune
+
+from . import faulty_ops  # noqa: F401
+
+MEASURE = MeasureOptions(
+    jobs=2, samples=2, min_sample_seconds=0.001, plugins=("tests.tuning.faulty_ops",)
+)
+
+
+def options(log: Path, trials: int, **kw) -> TuneOptions:  # type: ignore[no-untyped-def]
+    return TuneOptions(
+        trials=trials, strategy="random", log=log, batch=2, threads=1, measure=MEASURE, **kw
+    )
+
+
+def test_resume_measures_nothing_twice_and_survives_a_damaged_line(tmp_path: Path) -> None:
+    log = tmp_path / "tune.jsonl"
+    seen = []
+    first = tune("t_double", {"N": "16"}, options(log, 2), progress=seen.append)
+    assert first.measured == 2 and first.best is not None
+    assert [p.trial for p in seen] == [1, 2]
+    assert load(log)[0].config == {"split": 2}, "the template's default goes first"
+    with log.open("a") as f:
+        f.write('{"v": 1, "workload": {"op": "t_dou')  # a write cut short by Ctrl-C
+    with pytest.warns(RecordsWarning, match="1 damaged line"):
+        second = tune("t_double", {"N": 16}, options(log, 5))
+    assert second.resumed == 2
+    assert second.measured == 1
+    assert second.stopped_because == "search space exhausted"
+    with pytest.warns(RecordsWarning):
+        records = load(log)
+    assert sorted(r.config["split"] for r in records) == [1, 2, 4]
+    assert [r.trial for r in records] == [0, 1, 2]
+    assert all(r.workload.key == "t_double(N=16)" for r in records)
+
+
+def test_a_wrong_answer_is_logged_and_never_best(tmp_path: Path) -> None:
+    log = tmp_path / "wrong.jsonl"
+    result = tune("t_wrong", {}, options(log, 3))
+    assert result.best is None
+    assert result.errors == 3
+    assert {r.error_kind.value for r in load(log)} == {"wrong_answer"}

@@ -1,0 +1,188 @@
+"""The tuning loop: propose, measure, log, learn; resumable from its own log.
+
+>>> result = tune("matmul", {"M": 512, "N": 512, "K": 512}, TuneOptions(trials=64))
+>>> result.best.gflops
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from records import ErrorKind, LogWriter, Record, load
+
+from .measure import Candidate, MeasureOptions, Measurer
+from .search import Strategy, get_strategy
+from .space import Config, ConfigError
+from .target import Target
+from .workload import Workload
+
+__all__ = ["TuneOptions", "TuneProgress", "TuneResult", "tune"]
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How long and how to search; everything a ``tuner tune`` flag sets."""
+
+    trials: int = 64
+    time_limit: float | None = None  # seconds
+    strategy: str = "xgb"
+    log: Path = Path("tune.jsonl")
+    seed: int = 0
+    batch: int = 8
+    early_stopping: int | None = None  # stop after this many trials without improvement
+    target: str = "cpu"
+    threads: int | None = None
+    storage: str | None = None  # an Optuna storage URL, for the Optuna samplers
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    """Sent after each measured candidate."""
+
+    trial: int  # this session's count, 1-based
+    total: int
+    record: Record
+    best: Record | None
+    errors: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    workload: Workload
+    target: Target
+    measured: int  # in this session
+    resumed: int  # records found in the log before starting
+    errors: int
+    best: Record | None
+    elapsed: float
+    stopped_because: str
+
+
+def _median(record: Record) -> float:
+    return record.median if record.ok else math.inf
+
+
+def tune(
+    op_name: str,
+    raw_args: Mapping[str, Any],
+    options: TuneOptions | None = None,
+    progress: Callable[[TuneProgress], None] | None = None,
+) -> TuneResult:
+    """Search ``op_name``'s schedule space; every measurement is appended to ``options.log``."""
+    from search_spaces import get_operator
+
+    opts = options or TuneOptions()
+    op = get_operator(op_name)
+    args = op.parse_args(raw_args)
+    workload = Workload.make(op_name, **args)
+    target = Target.from_name(opts.target, num_threads=opts.threads)
+    space = op.space(args)
+    extra = {"storage": opts.storage} if opts.storage else {}
+    strategy = get_strategy(
+        opts.strategy, space, seed=opts.seed, workload=workload, target=target, **extra
+    )
+
+    prior = load(opts.log, workload=workload, target_kind=target.kind) if opts.log.exists() else []
+    measured = _warm_start(strategy, space, prior)
+    best = min((r for r in prior if r.ok), key=_median, default=None)
+    first_trial = max((r.trial for r in prior), default=-1) + 1
+    flops = op.flops(args)
+
+    start = time.monotonic()
+    done = errors = since_best = 0
+    stopped = "trial budget reached"
+    pending_default = op.space(args).validate(op.default_config(args))
+    with (
+        Measurer(opts.measure, threads=int(target.cap("threads"))) as measurer,
+        LogWriter(opts.log) as log,
+    ):
+        while done < opts.trials:
+            if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
+                stopped = "time limit reached"
+                break
+            if opts.early_stopping is not None and since_best >= opts.early_stopping:
+                stopped = f"no improvement in {opts.early_stopping} trials"
+                break
+            n = min(opts.batch, opts.trials - done)
+            batch: list[Config] = []
+            if pending_default.key not in measured:  # the template's default is always tried first
+                batch.append(pending_default)
+                measured.add(pending_default.key)
+            batch += strategy.propose(n - len(batch), exclude=measured)
+            if not batch:
+                stopped = "search space exhausted"
+                break
+            cands = [Candidate(op_name, args, cfg.to_json(), target.to_json()) for cfg in batch]
+            results = measurer.measure(cands)
+            observations = []
+            for cfg, res in zip(batch, results, strict=True):
+                rec = Record.make(
+                    workload,
+                    target,
+                    cfg.to_json(),
+                    samples=res.samples,
+                    error_kind=res.error_kind,
+                    error_msg=res.error_msg,
+                    build_seconds=res.build_seconds,
+                    run_seconds=res.run_seconds,
+                    strategy=strategy.name,
+                    trial=first_trial + done,
+                    predicted=strategy.predicted(cfg),
+                    flops=flops,
+                )
+                log.write(rec)
+                measured.add(cfg.key)
+                observations.append((cfg, _median(rec)))
+                done += 1
+                errors += res.error_kind != ErrorKind.OK
+                if rec.ok and (best is None or rec.median < best.median):
+                    best, since_best = rec, 0
+                else:
+                    since_best += 1
+                if progress is not None:
+                    progress(
+                        TuneProgress(done, opts.trials, rec, best, errors, time.monotonic() - start)
+                    )
+            strategy.observe(observations)
+    return TuneResult(
+        workload, target, done, len(prior), errors, best, time.monotonic() - start, stopped
+    )
+
+
+def _featurizer(op: Any, args: dict[str, Any], space: Any) -> Callable[[Config], Any]:
+    """Knob encoding plus the features of the lowered loop nest (what carries across workloads)."""
+    import numpy as np
+
+    from cost_models import loop_features
+
+    from .lower.lower import lower
+
+    def features(cfg: Config) -> Any:
+        sched, tensors = op.schedule(cfg, args)
+        return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors))])
+
+    return features
+
+
+def _warm_start(strategy: Strategy, space: Any, prior: list[Record]) -> set[str]:
+    """Teach the strategy what the log already holds; return the measured config keys."""
+    from records import config_key
+
+    seen: set[str] = set()
+    observations = []
+    for r in prior:
+        seen.add(config_key(r.config))
+        try:
+            cfg = space.validate(r.config)
+        except ConfigError:
+            continue  # a config of an older space: keep it in the log, not in the model
+        observations.append((cfg, _median(r)))
+    strategy.observe(observations)
+    return seen
