@@ -13,6 +13,7 @@
 
 from . import te
 from .codegen import BuildOptions, Kernel, build
+from .compile import OpKernel, UntunedWorkloadWarning, apply_best, build_op
 from .lower.lower import LoweredFunc, lower
 from .schedule import Schedule, ScheduleError, create_schedule
 from .target import Target, TargetError
@@ -22,12 +23,16 @@ __all__ = [
     "BuildOptions",
     "Kernel",
     "LoweredFunc",
+    "OpKernel",
     "Schedule",
     "ScheduleError",
     "Target",
     "TargetError",
+    "UntunedWorkloadWarning",
     "Workload",
+    "apply_best",
     "build",
+    "build_op",
     "create_schedule",
     "lower",
     "te",

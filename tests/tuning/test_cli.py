@@ -52,3 +52,15 @@ def test_ops_best_and_show(capsys) -> None:  # type: ignore[no-untyped-def]
     assert "matmul" in out
     assert main(["show", str(GOLDEN), "--top", "2"]) == 0
     assert "errors:" in capsys.readouterr().out
+
+
+def test_build_checks_and_times_the_best_record(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from . import faulty_ops  # noqa: F401  (registers t_double)
+    from .test_compile import write_log
+
+    log = tmp_path / "t.jsonl"
+    write_log(log, [(4, 1e-6, "ok")])
+    assert main(["build", "t_double", "N=16", "--log", str(log), "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "built from record of trial 0; matches NumPy" in out
+    assert "x NumPy" in out
