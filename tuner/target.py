@@ -11,6 +11,7 @@ that records measured on one machine are not mistaken for another's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -101,6 +102,7 @@ def _fingerprint(caps: dict[str, CapValue]) -> str:
     return hashlib.sha256(dumps_canonical(caps).encode()).hexdigest()[:16]
 
 
+@functools.cache
 def _cpuinfo() -> dict[str, str]:
     info: dict[str, str] = {}
     try:
@@ -114,6 +116,7 @@ def _cpuinfo() -> dict[str, str]:
     return info
 
 
+@functools.cache
 def _cache_size(level: int) -> int:
     """Bytes of the per-core data/unified cache at ``level`` (0 when unknown)."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")

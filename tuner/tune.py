@@ -98,7 +98,7 @@ def tune(
     start = time.monotonic()
     done = errors = since_best = 0
     stopped = "trial budget reached"
-    pending_default = op.space(args).validate(op.default_config(args))
+    pending_default = space.validate(op.default_config(args))
     with (
         Measurer(opts.measure, threads=int(target.cap("threads"))) as measurer,
         LogWriter(opts.log) as log,

@@ -93,35 +93,46 @@ class Measurer:
             self._pool = None
 
     def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
-        """Measure every candidate; a failure is a result, never an exception."""
+        """Measure every candidate; a failure is a result, never an exception.
+
+        The whole batch is built first and run after, so that no compilation
+        competes with a timed run for the cores.
+        """
+        return [
+            self._run(c, built)
+            for c, built in zip(candidates, self._build_all(candidates), strict=True)
+        ]
+
+    def _build_all(self, candidates: list[Candidate]) -> list[tuple[str, str, float]]:
         futures = self._submit(candidates)
-        results: list[MeasureResult] = []
-        for i, c in enumerate(candidates):
-            built = self._wait_build(futures[i])
+        built: list[tuple[str, str, float]] = []
+        for i in range(len(candidates)):
+            outcome = self._wait_build(futures[i])
             if self._pool is None:  # a timeout or crash took the pool: rebuild the rest afresh
                 futures[i + 1 :] = self._submit(candidates[i + 1 :])
-            if built is None:
-                built = (
+            if outcome is None:
+                timeout = self.options.build_timeout
+                outcome = (
                     ErrorKind.COMPILE_TIMEOUT.value,
-                    f"build exceeded {self.options.build_timeout:g} s",
-                    self.options.build_timeout,
+                    f"build exceeded {timeout:g} s",
+                    timeout,
                 )
-            kind, msg, build_s = built
-            if kind != ErrorKind.OK.value:
-                results.append(MeasureResult(ErrorKind(kind), msg, build_seconds=build_s))
-                continue
-            t0 = time.perf_counter()
-            out = self._runner.run(c, self.options)
-            results.append(
-                MeasureResult(
-                    ErrorKind(out["kind"]),
-                    out.get("msg", ""),
-                    tuple(out.get("samples", ())),
-                    build_s,
-                    time.perf_counter() - t0,
-                )
-            )
-        return results
+            built.append(outcome)
+        return built
+
+    def _run(self, c: Candidate, built: tuple[str, str, float]) -> MeasureResult:
+        kind, msg, build_s = built
+        if kind != ErrorKind.OK.value:
+            return MeasureResult(ErrorKind(kind), msg, build_seconds=build_s)
+        t0 = time.perf_counter()
+        out = self._runner.run(c, self.options)
+        return MeasureResult(
+            ErrorKind(out["kind"]),
+            out.get("msg", ""),
+            tuple(out.get("samples", ())),
+            build_s,
+            time.perf_counter() - t0,
+        )
 
     def _submit(self, candidates: list[Candidate]) -> list[Future[tuple[str, str, float]]]:
         pool = self._get_pool()
