@@ -13,7 +13,6 @@
 
 from . import te
 from .codegen import BuildOptions, Kernel, build
-from .compile import OpKernel, UntunedWorkloadWarning, apply_best, build_op
 from .lower.lower import LoweredFunc, lower
 from .schedule import Schedule, ScheduleError, create_schedule
 from .target import Target, TargetError
@@ -38,3 +37,15 @@ __all__ = [
     "te",
 ]
 __version__ = "0.1.0"
+
+# The compile-time entry points sit on top of records/ and search_spaces/, which
+# build on this package's core; loading them lazily keeps imports one-way.
+_DRIVER = {"OpKernel", "UntunedWorkloadWarning", "apply_best", "build_op"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _DRIVER:
+        from . import compile as _compile
+
+        return getattr(_compile, name)
+    raise AttributeError(f"module 'tuner' has no attribute {name!r}")
