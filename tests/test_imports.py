@@ -8,6 +8,8 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["tuner", "records", "search_spaces", "cost_models", "tuner.cli"])
+@pytest.mark.parametrize(
+    "module", ["tuner", "records", "search_spaces", "cost_models", "tuner.cli"]
+)
 def test_imports_first_in_a_fresh_process(module: str) -> None:
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)

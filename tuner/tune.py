@@ -15,7 +15,7 @@ from typing import Any
 
 from records import ErrorKind, LogWriter, Record, load
 
-from .measure import Candidate, MeasureOptions, Measurer
+from .measure import Candidate, MeasureOptions, Measurer, ReplayMeasurer
 from .search import Strategy, get_strategy
 from .space import Config, ConfigError
 from .target import Target
@@ -74,8 +74,13 @@ def tune(
     raw_args: Mapping[str, Any],
     options: TuneOptions | None = None,
     progress: Callable[[TuneProgress], None] | None = None,
+    replay: ReplayMeasurer | None = None,
 ) -> TuneResult:
-    """Search ``op_name``'s schedule space; every measurement is appended to ``options.log``."""
+    """Search ``op_name``'s schedule space; every measurement is appended to ``options.log``.
+
+    With ``replay``, candidates are answered from recorded measurements and the
+    space is limited to the recorded configs (for comparing strategies).
+    """
     from search_spaces import get_operator
 
     opts = options or TuneOptions()
@@ -84,6 +89,8 @@ def tune(
     workload = Workload.make(op_name, **args)
     target = Target.from_name(opts.target, num_threads=opts.threads)
     space = op.space(args)
+    if replay is not None:
+        space = space.restricted(replay.keys, "measured in the replayed log")
     extra = {"storage": opts.storage} if opts.storage else {}
     strategy = get_strategy(
         opts.strategy, space, seed=opts.seed, workload=workload, target=target, **extra
@@ -98,11 +105,12 @@ def tune(
     start = time.monotonic()
     done = errors = since_best = 0
     stopped = "trial budget reached"
-    pending_default = space.validate(op.default_config(args))
-    with (
-        Measurer(opts.measure, threads=int(target.cap("threads"))) as measurer,
-        LogWriter(opts.log) as log,
-    ):
+    try:  # the template's default is always measured first
+        defaults = [space.validate(op.default_config(args))]
+    except ConfigError:  # not in a replayed set
+        defaults = []
+    runner = replay or Measurer(opts.measure, threads=int(target.cap("threads")))
+    with runner as measurer, LogWriter(opts.log) as log:
         while done < opts.trials:
             if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
                 stopped = "time limit reached"
@@ -111,10 +119,8 @@ def tune(
                 stopped = f"no improvement in {opts.early_stopping} trials"
                 break
             n = min(opts.batch, opts.trials - done)
-            batch: list[Config] = []
-            if pending_default.key not in measured:  # the template's default is always tried first
-                batch.append(pending_default)
-                measured.add(pending_default.key)
+            batch = [d for d in defaults if d.key not in measured]
+            measured.update(d.key for d in batch)
             batch += strategy.propose(n - len(batch), exclude=measured)
             if not batch:
                 stopped = "search space exhausted"

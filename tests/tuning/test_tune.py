@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from records import RecordsWarning, load
-from tuner.measure import MeasureOptions
+from tuner.measure import MeasureOptions, ReplayMeasurer
 from tuner.tune import TuneOptions, tune
 
 from . import faulty_ops  # noqa: F401
@@ -18,9 +18,8 @@ MEASURE = MeasureOptions(
 
 
 def options(log: Path, trials: int, **kw) -> TuneOptions:  # type: ignore[no-untyped-def]
-    return TuneOptions(
-        trials=trials, strategy="random", log=log, batch=2, threads=1, measure=MEASURE, **kw
-    )
+    kw.setdefault("strategy", "random")
+    return TuneOptions(trials=trials, log=log, batch=2, threads=1, measure=MEASURE, **kw)
 
 
 def test_resume_measures_nothing_twice_and_survives_a_damaged_line(tmp_path: Path) -> None:
@@ -50,3 +49,16 @@ def test_a_wrong_answer_is_logged_and_never_best(tmp_path: Path) -> None:
     assert result.best is None
     assert result.errors == 3
     assert {r.error_kind.value for r in load(log)} == {"wrong_answer"}
+
+
+def test_replay_serves_recorded_results_within_the_recorded_set(tmp_path: Path) -> None:
+    from .test_compile import write_log
+
+    recorded = tmp_path / "recorded.jsonl"
+    write_log(recorded, [(1, 3e-6, "ok"), (4, 1e-6, "ok")])  # split=2 was never measured
+    replay = ReplayMeasurer(load(recorded))
+    out = tmp_path / "replayed.jsonl"
+    result = tune("t_double", {"N": 16}, options(out, 10, strategy="xgb"), replay=replay)
+    assert result.measured == 2 and result.stopped_because == "search space exhausted"
+    assert result.best is not None and result.best.config == {"split": 4}
+    assert result.best.samples == (1e-6,)

@@ -13,5 +13,6 @@ its output against the NumPy reference once and times it.
 
 from ._types import Candidate, MeasureOptions, MeasureResult
 from .measurer import Measurer
+from .replay import ReplayMeasurer
 
-__all__ = ["Candidate", "MeasureOptions", "MeasureResult", "Measurer"]
+__all__ = ["Candidate", "MeasureOptions", "MeasureResult", "Measurer", "ReplayMeasurer"]

@@ -41,6 +41,22 @@ class ConfigSpace(Declaration):
     (8, 7)
     """
 
+    def restricted(self, keys: Set[str], description: str) -> ConfigSpace:
+        """The same knobs and constraints, limited to configs whose key is in ``keys``.
+
+        For replaying a finite set of measured configs:
+
+        >>> sp = ConfigSpace(); _ = sp.define_knob("kc", [64, 128, 256]); sp.freeze() is sp
+        True
+        >>> sub = sp.restricted({'{"kc":128}'}, "measured"); [c["kc"] for c in sub.enumerate()]
+        [128]
+        """
+        self.freeze()
+        sub = ConfigSpace()
+        sub._knobs = dict(self._knobs)
+        sub._constraints = [*self._constraints, Constraint(lambda c: c.key in keys, description)]
+        return sub.freeze()
+
     def choices(self) -> dict[str, list[JsonValue]]:
         """Knob name -> its legal values as JSON, in order (for categorical samplers).
 
