@@ -8,6 +8,7 @@ tuner checks every config read back from a log with ``validate``.
 from __future__ import annotations
 
 import itertools
+import json
 import operator
 from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
@@ -52,7 +53,13 @@ class ConfigSpace(Declaration):
         [128]
         """
         self.freeze()
-        sub = ConfigSpace()
+        members = []
+        for key in sorted(keys):
+            try:
+                members.append(self.validate(json.loads(key)))
+            except (ConfigError, ValueError):
+                continue  # recorded under another version of the space
+        sub = _Restricted(members)
         sub._knobs = dict(self._knobs)
         sub._constraints = [*self._constraints, Constraint(lambda c: c.key in keys, description)]
         return sub.freeze()
@@ -250,3 +257,16 @@ class ConfigSpace(Declaration):
 
     def _violated(self, config: Config) -> Constraint | None:
         return next((c for c in self._constraints if not c.predicate(config)), None)
+
+
+class _Restricted(ConfigSpace):
+    """A space limited to a list of configs; it draws among them directly, not by rejection."""
+
+    def __init__(self, members: list[Config]):
+        super().__init__()
+        self._members = members
+
+    def _draw(self, rng: np.random.Generator) -> Config:
+        if not self._members:
+            raise SpaceError("the restricted space holds no valid config")
+        return self._members[int(rng.integers(len(self._members)))]
