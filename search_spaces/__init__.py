@@ -46,6 +46,9 @@ class Operator:
     default_config: Callable[[Mapping[str, Any]], dict[str, Any]]
     reference: Callable[..., np.ndarray]
     flops: Callable[[Mapping[str, Any]], float]
+    #: Compulsory memory traffic in bytes (inputs read once, outputs written once),
+    #: for reporting memory-bound operators in GB/s; None where FLOPs tell more.
+    bytes_moved: Callable[[Mapping[str, Any]], float] | None = None
 
     def parse_args(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Check and convert ``NAME=VALUE`` arguments (strings from a command line or typed)."""
@@ -128,5 +131,18 @@ def operators() -> list[Operator]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
+_LOADED = False
+
+
 def _load_builtin() -> None:
-    from . import matmul, softmax  # noqa: F401  (they register themselves)
+    """Import every public module of this package once; each registers its operators."""
+    global _LOADED
+    if _LOADED:
+        return
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    _LOADED = True

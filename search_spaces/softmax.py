@@ -194,6 +194,7 @@ def _register() -> None:
             default_config=lambda a: default_config(a["M"], a["N"]),
             reference=reference,
             flops=lambda a: flops(a["M"], a["N"]),
+            bytes_moved=lambda a: bytes_moved(a["M"], a["N"]),
         )
     )
 
