@@ -32,6 +32,7 @@ class Param:
     default: Any = None
     choices: tuple[Any, ...] = ()
     doc: str = ""
+    minimum: int = 1  # for int parameters: the smallest value accepted (0 for a padding)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Operator:
     #: Compulsory memory traffic in bytes (inputs read once, outputs written once),
     #: for reporting memory-bound operators in GB/s; None where FLOPs tell more.
     bytes_moved: Callable[[Mapping[str, Any]], float] | None = None
+    #: Cross-argument checks (groups divide channels, a window fits the padded
+    #: input, ...): raise OperatorError with one sentence; None when there are none.
+    check: Callable[[Mapping[str, Any]], None] | None = None
 
     def parse_args(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Check and convert ``NAME=VALUE`` arguments (strings from a command line or typed)."""
@@ -66,6 +70,8 @@ class Operator:
                 out[p.name] = p.default
                 continue
             out[p.name] = _convert(self.name, p, raw[p.name])
+        if self.check is not None:
+            self.check(out)
         return out
 
     def make_inputs(self, args: Mapping[str, Any], seed: int = 0) -> list[np.ndarray]:
@@ -93,19 +99,27 @@ def _convert(op: str, p: Param, value: Any) -> Any:
             if isinstance(value, bool):
                 raise ValueError(value)
             converted = int(value)
-            if converted < 1:
+            if converted < p.minimum:
                 raise ValueError(value)
         else:
             converted = str(value)
     except (TypeError, ValueError):
         raise OperatorError(
-            f"{op} argument {p.name} must be a {'positive integer' if p.kind is int else p.kind.__name__}, got {value!r}"
+            f"{op} argument {p.name} must be {_kind_words(p)}, got {value!r}"
         ) from None
     if p.choices and converted not in p.choices:
         raise OperatorError(
             f"{op} argument {p.name} must be one of {', '.join(map(str, p.choices))}, got {value!r}"
         )
     return converted
+
+
+def _kind_words(p: Param) -> str:
+    if p.kind is int:
+        return {1: "a positive integer", 0: "a non-negative integer"}.get(
+            p.minimum, f"an integer of at least {p.minimum}"
+        )
+    return f"a {p.kind.__name__}"
 
 
 _REGISTRY: dict[str, Operator] = {}
