@@ -50,6 +50,9 @@ class BuildOptions:
 
     vectorizer: str = "auto"  # "auto", "slp" (register blocks) or "loop"
     fastmath_contract: bool = True  # allow fused multiply-add
+    #: How top-level parallel loops run: "threads" (nogil chunks on a thread pool,
+    #: compiled as fast as serial code) or "prange" (Numba's parfors).
+    parallel: str = "threads"
     cache: bool = True
 
 
@@ -62,12 +65,10 @@ class Kernel:
         self.target = target
         self._fn = getattr(module, func.name)
         self._threads = int(target.get("threads", 0))
-        stats = getattr(self._fn, "stats", None)
+        stats = [d.stats for d in _dispatchers(module)]
         #: True when Numba loaded the machine code from its disk cache.
-        self.from_cache = bool(
-            stats is not None
-            and sum(stats.cache_hits.values())
-            and not sum(stats.cache_misses.values())
+        self.from_cache = bool(stats) and all(
+            sum(s.cache_hits.values()) and not sum(s.cache_misses.values()) for s in stats
         )
 
     @property
@@ -96,6 +97,17 @@ class Kernel:
             numba_config: Any = numba.config
             numba.set_num_threads(min(self._threads, int(numba_config.NUMBA_NUM_THREADS)))
         self._fn(*flat)
+
+
+def _dispatchers(module: ModuleType) -> list[Any]:
+    """The module's own compiled functions (not the runtime helpers it imports)."""
+    from numba.core.dispatcher import Dispatcher
+
+    return [
+        v
+        for v in vars(module).values()
+        if isinstance(v, Dispatcher) and v.py_func.__module__ == module.__name__
+    ]
 
 
 def _walk(s: Stmt) -> Iterator[Stmt]:
@@ -129,6 +141,7 @@ import numpy as np
 from numba import prange
 
 from tuner.codegen.runtime import carray, erf32, exp32, sigmoid32, sigmoid64, stack_empty, tanh32
+from tuner.codegen.threads import parallel_for
 
 """
 
@@ -141,7 +154,7 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
     header = _HEADER.format(
         what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
     )
-    return header + render(func, "numba", njit_flags=flags)
+    return header + render(func, "numba", njit_flags=flags, parallel=options.parallel)
 
 
 @contextlib.contextmanager

@@ -242,16 +242,119 @@ def _subst_expr(e: Expr, m: dict[str, Expr]) -> Expr:
     return simplify(transform(e, fn))
 
 
-def render(func: LoweredFunc, flavour: str = "print", njit_flags: str = "") -> str:
+def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt] | None:
+    """The statements run one after another at the function's top, through sequences and scratch.
+
+    ``None`` when a parallel loop sits anywhere else (inside another loop, a
+    condition or a stack buffer's scope) or has an extent unknown at build
+    time: such a kernel keeps ``prange``.
+    """
+    if isinstance(s, Seq):
+        out: list[Stmt] = []
+        for child in s.body:
+            items = _top_level(child, allocs)
+            if items is None:
+                return None
+            out += items
+        return out
+    if isinstance(s, Alloc) and s.buffer.scope != "local":
+        allocs.append(s)
+        return _top_level(s.body, allocs)
+    if isinstance(s, For) and s.kind == "parallel":
+        if not isinstance(s.extent, Const) or _has_parallel(s.body):
+            return None
+        return [s]
+    return None if _has_parallel(s) else [s]
+
+
+def _has_parallel(s: Stmt) -> bool:
+    if isinstance(s, Seq):
+        return any(_has_parallel(c) for c in s.body)
+    if isinstance(s, For):
+        return s.kind == "parallel" or _has_parallel(s.body)
+    if isinstance(s, Alloc):
+        return _has_parallel(s.body)
+    if isinstance(s, If):
+        return _has_parallel(s.then) or (s.orelse is not None and _has_parallel(s.orelse))
+    return False
+
+
+def _render_threaded(
+    r: _Renderer, func: LoweredFunc, items: list[Stmt], allocs: list[Alloc], njit_flags: str
+) -> str:
+    """Serial stretches and parallel loops as separate functions, called by a Python entry.
+
+    Each top-level parallel loop becomes ``<name>_p<k>(lo, hi, ...)``, a
+    ``nogil`` function over a range of its iterations that
+    ``tuner.codegen.threads.parallel_for`` runs on threads; the statements
+    between them become ``<name>_s<k>(...)``. Every function has a signature,
+    so importing the module compiles them all (or loads them from the cache).
+    """
+    for a in allocs:
+        r.buffers[a.buffer.name] = a.buffer
+        r._hoist(a.buffer.name, a.buffer.size, a.buffer.dtype)
+    segments: list[tuple[For | None, list[str]]] = []
+    for item in items:
+        r.lines = []
+        if isinstance(item, For) and item.kind == "parallel":
+            r.emit(f"for {item.var} in range(lo_, hi_):", 1)
+            r.stmt(item.body, 2, item)
+            segments.append((item, r.lines))
+        elif segments and segments[-1][0] is None:
+            r.stmt(item, 1, None)
+            segments[-1][1].extend(r.lines)
+        else:
+            r.stmt(item, 1, None)
+            segments.append((None, r.lines))
+    buffers = [*func.args, *(r.buffers[n] for n in r.hoisted)]
+    params = ", ".join(b.name for b in buffers)
+    sig = ", ".join(f"numba.{b.dtype}[::1]" for b in buffers)
+    out: list[str] = []
+    calls: list[str] = []
+    for k, (loop, lines) in enumerate(segments):
+        if loop is None:
+            name = f"{func.name}_s{k}"
+            deco = f"@numba.njit(numba.void({sig}), {njit_flags})" if njit_flags else ""
+            head = f"def {name}({params}):"
+            calls.append(f"    {name}({params})")
+        else:
+            name = f"{func.name}_p{k}"
+            deco = (
+                f"@numba.njit(numba.void(numba.int64, numba.int64, {sig}), {njit_flags}, nogil=True)"
+                if njit_flags
+                else ""
+            )
+            head = f"def {name}(lo_, hi_, {params}):"
+            calls.append(f"    parallel_for({name}, {r.expr(loop.extent)}, {params})")
+        out += [*([deco] if deco else []), head, *lines, ""]
+    out.append(f"def {func.name}({', '.join(b.name for b in func.args)}):")
+    out += [f"    {n} = np.empty({size}, np.{dtype})" for n, (size, dtype) in r.hoisted.items()]
+    out += calls
+    return "\n".join(out) + "\n"
+
+
+def render(
+    func: LoweredFunc, flavour: str = "print", njit_flags: str = "", parallel: str = "threads"
+) -> str:
     """The kernel as Python source (``"numba"``) or as a readable loop nest (``"print"``).
 
-    In Numba source, every function gets ``@numba.njit(<njit_flags>, parallel=...)``
-    (the entry function also its signature) when ``njit_flags`` is given. Scratch
-    buffers are allocated by the entry function and passed to a separate
-    ``<name>_body`` function: allocating them inside the loop nest's own function
+    In Numba source, every function gets ``@numba.njit(<njit_flags>, ...)`` when
+    ``njit_flags`` is given. Parallel loops at the top of the nest run on
+    threads (``parallel="threads"``, see ``_render_threaded``) or as ``prange``
+    (``parallel="prange"``, and wherever a parallel loop sits deeper). Scratch
+    buffers are allocated by the entry function and passed to the functions
+    holding the loops: allocating them inside the loop nest's own function
     kept LLVM from vectorizing register tiles (3.8 against 52 to 74 GFLOP/s).
     """
+    if parallel not in ("threads", "prange"):
+        raise ValueError(f"parallel must be 'threads' or 'prange', not {parallel!r}")
     r = _Renderer(func, flavour)
+    if r.numba and parallel == "threads" and _has_parallel(func.body):
+        allocs: list[Alloc] = []
+        items = _top_level(func.body, allocs)
+        if items is not None:
+            return _render_threaded(r, func, items, allocs, njit_flags)
+        r = _Renderer(func, flavour)
     r.stmt(func.body, 1, None)
     params = ", ".join(b.name for b in func.args)
     if not r.numba:
@@ -259,12 +362,12 @@ def render(func: LoweredFunc, flavour: str = "print", njit_flags: str = "") -> s
         head += [f"    # {b.name}: {b.dtype}[{', '.join(map(str, b.shape))}]" for b in func.args]
         return "\n".join(head + r.lines) + "\n"
 
-    def deco(signature: bool, parallel: bool) -> list[str]:
+    def deco(signature: bool, prange: bool) -> list[str]:
         if not njit_flags:
             return []
         sig = ", ".join(f"numba.{b.dtype}[::1]" for b in func.args)
         first = f"numba.void({sig}), " if signature else ""
-        return [f"@numba.njit({first}{njit_flags}, parallel={parallel})"]
+        return [f"@numba.njit({first}{njit_flags}, parallel={prange})"]
 
     if not r.hoisted:
         return (

@@ -1,0 +1,103 @@
+"""Parallel loops: run on threads where they sit at the top, as ``prange`` elsewhere."""
+
+from __future__ import annotations
+
+import itertools
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tuner
+from tuner import te
+from tuner.codegen.build import BuildOptions
+from tuner.codegen.threads import chunks
+
+from .ops import matmul
+
+
+@given(st.integers(0, 1000), st.integers(1, 64))
+def test_chunks_cover_the_range_evenly(n: int, parts: int) -> None:
+    out = chunks(n, parts)
+    assert len(out) == max(1, min(parts, n))
+    assert out[0][0] == 0 and out[-1][1] == n
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(out))
+    sizes = [hi - lo for lo, hi in out]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.fixture
+def two_threads():  # type: ignore[no-untyped-def]
+    saved = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    yield
+    numba.set_num_threads(saved)
+
+
+def _run(s, tensors, ref, options=None):  # type: ignore[no-untyped-def]
+    f = tuner.build(s, tensors, options=options or BuildOptions())
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(t.shape_ints).astype(t.dtype) for t in tensors[:-1]]
+    out = np.full(tensors[-1].shape_ints, np.nan, tensors[-1].dtype)
+    f(*ins, out)
+    np.testing.assert_allclose(out, ref(*ins), rtol=1e-4, atol=1e-4)
+    return f
+
+
+@pytest.mark.parametrize("parallel", ["threads", "prange"])
+@pytest.mark.usefixtures("two_threads")
+def test_outer_parallel_loop_with_per_iteration_scratch(parallel: str) -> None:
+    """Each iteration of the parallel loop packs its own panel of B: no two threads share it."""
+    (A, B), C, ref = matmul(13, 37, 11)
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    jo, ji = s[C].split(j, factor=8)  # 5 iterations: chunks of 3 and 2, the last one partial
+    s[C].reorder(jo, i, k, ji)
+    BB = s.cache_read(B, "global", [C])
+    s[BB].compute_at(s[C], jo)
+    s[C].parallel(jo)
+    f = _run(s, [A, B, C], ref, BuildOptions(parallel=parallel))
+    if parallel == "threads":
+        assert "parallel_for(kernel_p0, 5," in f.source and "prange(" not in f.source
+    else:
+        assert "prange(5)" in f.source and "parallel_for(" not in f.source
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_parallel_root_stages_between_serial_ones() -> None:
+    """Two parallel stages and a serial one: a function each, called in order."""
+    A = te.placeholder((9, 6), "float32", name="A")
+    B = te.compute((9, 6), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((9, 6), lambda i, j: B[i, j] + B[8 - i, j], name="C")
+    D = te.compute((9, 6), lambda i, j: te.exp(C[i, j]) - B[i, j], name="D")
+    s = te.create_schedule(D)
+    s[B].parallel(s[B].op.axis[0])
+    s[D].parallel(s[D].op.axis[0])
+
+    def ref(a: np.ndarray) -> np.ndarray:
+        b = a * 2
+        return np.exp(b + b[::-1]) - b
+
+    f = _run(s, [A, D], ref)
+    assert "def kernel_p0(" in f.source and "def kernel_s1(" in f.source
+    assert "def kernel_p2(" in f.source
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_parallel_loop_inside_a_serial_one_keeps_prange() -> None:
+    (A, B), C, ref = matmul(7, 10, 5)
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].parallel(j)
+    f = _run(s, [A, B, C], ref)
+    assert "prange(10)" in f.source and "parallel=True" in f.source
+
+
+def test_unknown_parallel_mode_is_refused() -> None:
+    (A, B), C, _ = matmul(4, 4, 4)
+    s = te.create_schedule(C)
+    with pytest.raises(ValueError, match="parallel must be"):
+        tuner.build(s, [A, B, C], options=BuildOptions(parallel="openmp"))
