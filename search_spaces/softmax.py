@@ -1,36 +1,35 @@
-"""Row softmax ``Y[M, N] = softmax(X[M, N], axis=1)``: definition, reference, knobs, schedule.
+"""Row softmax and log-softmax over the last axis of ``X[M, N]``: definitions, knobs, schedules.
 
-The algorithm is four stages, the numerically stable softmax::
+Both are the numerically stable forms::
 
-    X_max[i]  = max_k X[i, k]
+    X_max[i]    = max_k X[i, k]
     X_exp[i, j] = exp(X[i, j] - X_max[i])
-    X_sum[i]  = sum_k X_exp[i, k]
-    Y[i, j]   = X_exp[i, j] / X_sum[i]
+    X_sum[i]    = sum_k X_exp[i, k]
+    softmax:      Y[i, j] = X_exp[i, j] * (1 / X_sum[i])
+    log_softmax:  X_lse[i] = X_max[i] + log(X_sum[i]);  Y[i, j] = X[i, j] - X_lse[i]
 
-It is memory-bound, so the fast schedule works on each row while it is in
-cache: inside one row loop of ``Y``, the max, the exp into the row of ``X_exp``,
-the sum, then the divide (``reductions_at_row``, the default)::
+They are memory-bound, so the fast schedule works on each row while it is in
+cache (``reductions_at_row``, the default): inside one row loop of ``Y``, the
+max, the exp, the sum (and the log), then the output::
 
-    for io in M / rows_per_task:           # parallel across cores if chosen
-      for ii in rows_per_task:             # row i = io * rows_per_task + ii
-        X_max[i] = max_k X[i, k]                    # at X_exp's row loop
-        X_exp[i, j] = exp(X[i, j] - X_max[i])       # j split by col_split, vectorized
-        X_sum[i] = sum_k X_exp[i, k]
-        Y[i, j] = X_exp[i, j] / X_sum[i]            # j split by col_split, vectorized
+    for io in M / rows_per_task:               # parallel across cores if chosen
+      for ii in rows_per_task:                 # row i
+        X_max_part[i, l] = max_k X[i, k*lanes + l]     # lanes partial maxima
+        X_max[i] = max_l X_max_part[i, l]
+        X_exp[i, j] = exp(X[i, j] - X_max[i])          # j split by col_split
+        X_sum_part[i, l] = sum_k X_exp[i, k*lanes + l]
+        X_sum[i] = sum_l X_sum_part[i, l]
+        Y[i, j] = ...                                  # j split by col_split
 
-With ``interleave_sum`` the exp and sum stages sit at ``io`` instead, the sum's
-loops ordered ``for k: for ii:`` so the task's rows accumulate side by side.
-
-The other shapes keep the reductions at the root, each a whole pass over the
-matrix (parallel over rows if chosen), with the exp stored or inlined into the
-sum and the divide. Why no more than that: the exp stage is read by both the
-sum and the divide, so it can sit at the output's row only together with the
-sum; the max is read only by the exp stage, so it can be computed only inside
-a stored exp (an inlined exp leaves the max at the root). The reductions'
-column loops are never vectorized (a reduction axis cannot be), and a scalar
-exp inside the sum loop is slow: storing the exp lets that loop vectorize.
-A row sum is one serial chain of adds (no reassociation without fast-math):
-interleaving gives rows_per_task independent chains.
+Why ``lanes``: a reduction is one serial chain of max or add operations (no
+reassociation without fast-math), 3 to 4 cycles per element. Reducing into
+``lanes`` partial results (``lane_reduce``, which also handles rows that
+``lanes`` does not divide) makes the chains independent; the partials are
+combined once per row. With ``exp_inline`` the exp is recomputed where it is
+read instead of stored (softmax: in the sum and the output; log-softmax reads
+it once, in the sum). Without ``reductions_at_row`` every stage is its own
+pass over the matrix (parallel over rows if chosen), the shape NumPy is
+limited to.
 
 >>> space = config_space(4096, 1024)
 >>> s, tensors = schedule(space.sample(np.random.default_rng(0)), 4096, 1024)
@@ -38,7 +37,8 @@ interleaving gives rows_per_task independent chains.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
-from tuner.te import Tensor
+from tuner.te import Expr, Tensor
 
 __all__ = [
     "bytes_moved",
@@ -54,32 +54,89 @@ __all__ = [
     "default_config",
     "define",
     "flops",
+    "lane_reduce",
+    "log_reference",
     "reference",
+    "row_schedule",
     "schedule",
 ]
 
-
-def define(M: int, N: int, dtype: str = "float32") -> tuple[Tensor, Tensor]:
-    """The input ``X`` and the output ``Y``; the max, exp and sum stages sit between."""
-    X, *_, Y = _stages(M, N, dtype)
-    return X, Y
+_REDUCERS = {"sum": te.sum, "max": te.max}
 
 
-def _stages(M: int, N: int, dtype: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """``X``, ``X_max``, ``X_exp``, ``X_sum`` and ``Y``, in dependency order."""
-    X = te.placeholder((M, N), dtype, name="X")
-    k1 = te.reduce_axis(N, name="k1")
-    X_max = te.compute((M,), lambda i: te.max(X[i, k1], axis=k1), name="X_max")
-    X_exp = te.compute((M, N), lambda i, j: te.exp(X[i, j] - X_max[i]), name="X_exp")
-    k2 = te.reduce_axis(N, name="k2")
-    X_sum = te.compute((M,), lambda i: te.sum(X_exp[i, k2], axis=k2), name="X_sum")
-    Y = te.compute((M, N), lambda i, j: X_exp[i, j] / X_sum[i], name="Y")
-    return X, X_max, X_exp, X_sum, Y
+def lane_reduce(
+    combiner: str, source: Callable[[Any, Any], Expr], M: int, N: int, lanes: int, name: str
+) -> tuple[Tensor, Tensor]:
+    """Reduce ``source(i, j)`` over ``j < N`` through ``lanes`` partial results per row.
+
+    ``name_part[i, l]`` combines ``source(i, start(k) + l)`` over the chunks
+    ``k < ceil(N / lanes)``, and ``name[i]`` combines the partials. When
+    ``lanes`` does not divide ``N``, the last chunk starts at ``N - lanes``
+    and overlaps the one before: a max may see an element twice, a sum
+    multiplies the elements seen before by 0. So only the partials read the
+    source (an operator may compute it inside them), and every chunk is one
+    contiguous run of ``lanes`` elements. Needs ``1 <= lanes <= N``.
+    """
+    reduce = _REDUCERS[combiner]
+    k = te.reduce_axis(-(-N // lanes), name=f"{name}_k")
+
+    def element(i: Any, lane: Any) -> Expr:
+        if N % lanes == 0:
+            return source(i, k * lanes + lane)
+        start = te.minimum(k * lanes, N - lanes)
+        value = source(i, start + lane)
+        if combiner == "sum":
+            fresh = te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
+            value = value * fresh.astype(value.dtype)
+        return value
+
+    part = te.compute(
+        (M, lanes), lambda i, lane: reduce(element(i, lane), axis=k), name=f"{name}_part"
+    )
+    t = te.reduce_axis(lanes, name=f"{name}_l")
+    total = te.compute((M,), lambda i: reduce(part[i, t], axis=t), name=name)
+    return part, total
+
+
+class _Stages:
+    """The tensors of one (log-)softmax, in dependency order."""
+
+    def __init__(self, M: int, N: int, lanes: int, log: bool, dtype: str = "float32"):
+        X = te.placeholder((M, N), dtype, name="X")
+        self.X = X
+        self.max_part, self.max = lane_reduce("max", lambda i, j: X[i, j], M, N, lanes, "X_max")
+        X_max = self.max
+        self.exp = te.compute((M, N), lambda i, j: te.exp(X[i, j] - X_max[i]), name="X_exp")
+        X_exp = self.exp
+        self.sum_part, self.sum = lane_reduce("sum", lambda i, j: X_exp[i, j], M, N, lanes, "X_sum")
+        X_sum = self.sum
+        self.lse: Tensor | None = None
+        if log:
+            lse = te.compute((M,), lambda i: X_max[i] + te.log(X_sum[i]), name="X_lse")
+            self.lse = lse
+            self.Y = te.compute((M, N), lambda i, j: X[i, j] - lse[i], name="Y")
+        else:
+            self.Y = te.compute(
+                (M, N), lambda i, j: X_exp[i, j] * (te.const(1.0, dtype) / X_sum[i]), name="Y"
+            )
+
+
+def define(
+    M: int, N: int, dtype: str = "float32", lanes: int = 1, log: bool = False
+) -> tuple[Tensor, Tensor]:
+    """The input ``X`` and the output ``Y`` (log-softmax with ``log``)."""
+    st = _Stages(M, N, lanes, log, dtype)
+    return st.X, st.Y
 
 
 def reference(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
+
+
+def log_reference(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
 def bytes_moved(M: int, N: int) -> float:
@@ -88,115 +145,151 @@ def bytes_moved(M: int, N: int) -> float:
 
 
 def flops(M: int, N: int) -> float:
-    """Per element: a compare, a subtract, an exp (counted as one), an add and a divide."""
+    """Per element: a compare, a subtract, an exp (counted as one), an add and a multiply."""
     return 5.0 * M * N
 
 
 def config_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
-    """Row tasks, parallelism, column vectors and where the exp and the reductions live."""
+    """Row tasks, parallelism, column vectors, reduction lanes, where the exp and reductions live."""
     sp = ConfigSpace()
     sp.define_knob("rows_per_task", [1, 2, 4, 8, 16, 32, 64])
     sp.define_knob("parallel", [True, False])
     sp.define_knob("col_split", [1, *(vector_lanes * f for f in (1, 2, 4, 8))])
+    sp.define_knob("lanes", [1, 4, 8, 16, 32])
     sp.define_knob("exp_inline", [True, False])
     sp.define_knob("reductions_at_row", [True, False])
-    sp.define_knob("interleave_sum", [True, False])
     sp.add_constraint(lambda c: c["rows_per_task"] <= M, "a task holds no more rows than M")
     sp.add_constraint(
         lambda c: c["col_split"] <= max(N, vector_lanes),
         f"the column split is no wider than a row or one {vector_lanes}-lane vector",
     )
-    sp.add_constraint(
-        lambda c: not (c["exp_inline"] and c["reductions_at_row"]),
-        "reductions at the row need a stored exp stage (the max is computed at its row)",
-    )
-    sp.add_constraint(
-        lambda c: not c["interleave_sum"] or (c["reductions_at_row"] and c["rows_per_task"] > 1),
-        "interleave_sum needs reductions at the row and more than one row per task",
-    )
+    sp.add_constraint(lambda c: c["lanes"] <= N, "no more reduction lanes than columns")
     return sp.freeze()
 
 
 def default_config(M: int, N: int) -> dict[str, Any]:
-    """The NUMBA_NOTES shape: per row max, exp into a row, sum, divide; parallel row tasks.
+    """Per row: 16-lane max, stored exp, 16-lane sum, output; parallel tasks of a few rows.
 
-    Tasks of 4, 2 or 1 rows, whichever divides M: a partial last task makes Numba's
-    parallel compile several times slower for no speed. No ``interleave_sum``:
-    measured at 4096 x 1024 on one thread, it makes the serial kernel about 13%
-    faster but the parallel one about 40% slower.
+    Tasks of 4, 2 or 1 rows, whichever divides M (a partial last task costs a
+    guarded copy of the loop nest for no speed); 16 lanes (two vectors of
+    independent partials) where the row is that long.
     """
     return {
         "rows_per_task": next(r for r in (4, 2, 1) if M % r == 0),
         "parallel": True,
         "col_split": 32 if N >= 32 else 8,
+        "lanes": next(n for n in (16, 8, 4, 1) if n <= N),
         "exp_inline": False,
         "reductions_at_row": True,
-        "interleave_sum": False,
     }
 
 
-def _vector_columns(s: Schedule, T: Tensor, col_split: int) -> None:
-    """Split ``T``'s column loop by ``col_split`` and vectorize the inner part."""
+def vector_columns(s: Schedule, T: Tensor, col_split: int) -> None:
+    """Split ``T``'s last loop by ``col_split`` and vectorize the inner part."""
     if col_split > 1:
-        _, j = s[T].op.axis
+        j = s[T].op.axis[-1]
         _, ji = s[T].split(j, factor=col_split)
         s[T].vectorize(ji)
 
 
+def row_schedule(
+    s: Schedule,
+    cfg: Mapping[str, Any],
+    out: Tensor,
+    attach: list[tuple[Tensor, Tensor | None]],
+    partials: list[Tensor],
+    vector_stages: list[Tensor],
+) -> None:
+    """The shared nest of the row operators (softmax, log-softmax, layer norm).
+
+    ``attach`` lists ``(stage, parent)`` in dependency order: with
+    ``reductions_at_row`` each stage is computed at its parent's row loop
+    (``out``'s task-row loop for ``out``), a parent of None leaving it at the
+    root; without, every stage is a pass at the root. Each parent must read
+    its stage directly. Root passes are parallel over rows if chosen. The
+    ``partials`` of lane reductions get their lanes loop innermost, and
+    ``vector_stages`` their columns split by ``col_split``.
+    """
+    rows, col_split = int(cfg["rows_per_task"]), int(cfg["col_split"])
+    i = s[out].op.axis[0]
+    io, ii = s[out].split(i, factor=rows)
+    for T in [out, *vector_stages]:
+        vector_columns(s, T, col_split)
+    if cfg["parallel"]:
+        s[out].parallel(io)
+    for part in partials:
+        r, lane = s[part].op.axis
+        (k,) = s[part].op.reduce_axis
+        s[part].reorder(r, k, lane)
+        if int(cfg["lanes"]) >= 8:
+            s[part].vectorize(lane)
+    for T, parent in attach:
+        if cfg["reductions_at_row"] and parent is not None:
+            s[T].compute_at(s[parent], ii if parent is out else s[parent].op.axis[0])
+        elif cfg["parallel"]:
+            s[T].parallel(s[T].op.axis[0])
+
+
 def schedule(
-    cfg: Mapping[str, Any], M: int, N: int, dtype: str = "float32"
+    cfg: Mapping[str, Any], M: int, N: int, dtype: str = "float32", log: bool = False
 ) -> tuple[Schedule, list[Tensor]]:
     """The schedule for ``cfg`` (validate configs from outside against config_space first).
 
-    With ``reductions_at_row`` the exp and sum stages are computed at the
-    output's row loop (at its task loop with ``interleave_sum``, the sum's row
-    loop innermost) and the max at the exp's row: every stage there is read
-    only inside that loop, as lowering requires. The max has the exp stage as
-    its only consumer, so an inlined exp leaves it (and the sum) at the root;
-    parallel root stages each get a parallel row loop.
+    With ``reductions_at_row`` the stages are computed at the row loop of a
+    stage that reads them, nested so that every stage is read only inside
+    the loop it is computed at (as lowering requires). Softmax: the exp and
+    the sum at the output's row, the max at the exp's row; an inlined exp is
+    read by the sum and the output, so the max it reads stays a root pass.
+    Log-softmax: the log-sum at the output's row, the max and the sum at its
+    row, the stored exp at the row of the sum's partials.
     """
-    rows, col_split = int(cfg["rows_per_task"]), int(cfg["col_split"])
-    X, X_max, X_exp, X_sum, Y = _stages(M, N, dtype)
-    s = te.create_schedule(Y)
-    i, _ = s[Y].op.axis
-    io, ii = s[Y].split(i, factor=rows)
-    _vector_columns(s, Y, col_split)
-    if cfg["parallel"]:
-        s[Y].parallel(io)
-    if cfg["exp_inline"]:
-        s[X_exp].compute_inline()
+    lanes = int(cfg["lanes"])
+    st = _Stages(M, N, lanes, log, dtype)
+    s = te.create_schedule(st.Y)
+    stored = not cfg["exp_inline"]
+    if not stored:
+        s[st.exp].compute_inline()
+    attach: list[tuple[Tensor, Tensor | None]]
+    if st.lse is None:
+        attach = [(st.max, st.exp if stored else None)]
+        attach += [(st.exp, st.Y)] if stored else []
+        attach += [(st.sum, st.Y)]
     else:
-        _vector_columns(s, X_exp, col_split)
-    if cfg["reductions_at_row"]:
-        task = io if cfg["interleave_sum"] else ii
-        s[X_exp].compute_at(s[Y], task)
-        s[X_max].compute_at(s[X_exp], s[X_exp].op.axis[0])
-        s[X_sum].compute_at(s[Y], task)
-        if cfg["interleave_sum"]:
-            s[X_sum].reorder(*s[X_sum].op.reduce_axis, *s[X_sum].op.axis)
-    elif cfg["parallel"]:
-        stored = [X_max, X_sum] if cfg["exp_inline"] else [X_max, X_exp, X_sum]
-        for T in stored:
-            s[T].parallel(s[T].op.axis[0])
-    return s, [X, Y]
+        attach = [(st.max, st.lse)]
+        attach += [(st.exp, st.sum_part)] if stored else []
+        attach += [(st.sum, st.lse), (st.lse, st.Y)]
+    attach += [(st.max_part, st.max), (st.sum_part, st.sum)]
+    row_schedule(s, cfg, st.Y, attach, [st.max_part, st.sum_part], [st.exp] if stored else [])
+    return s, [st.X, st.Y]
+
+
+def _schedule_of(
+    cfg: Mapping[str, Any], args: Mapping[str, Any], log: bool
+) -> tuple[Schedule, list[Tensor]]:
+    return schedule(cfg, args["M"], args["N"], log=log)
 
 
 def _register() -> None:
     from . import Operator, Param, register_operator
 
-    register_operator(
-        Operator(
-            name="softmax",
-            doc="Y = softmax(X) over the last axis of an M x N matrix (memory-bound)",
-            params=(Param("M", int, doc="rows"), Param("N", int, doc="columns (the softmax axis)")),
-            space=lambda a: config_space(a["M"], a["N"]),
-            schedule=lambda cfg, a: schedule(cfg, a["M"], a["N"]),
-            default_config=lambda a: default_config(a["M"], a["N"]),
-            reference=reference,
-            flops=lambda a: flops(a["M"], a["N"]),
-            bytes_moved=lambda a: bytes_moved(a["M"], a["N"]),
+    params = (Param("M", int, doc="rows"), Param("N", int, doc="columns (the reduced axis)"))
+    for name, log, ref, what in (
+        ("softmax", False, reference, "softmax(X)"),
+        ("log_softmax", True, log_reference, "log(softmax(X))"),
+    ):
+        register_operator(
+            Operator(
+                name=name,
+                doc=f"Y = {what} over the last axis of an M x N matrix (memory-bound)",
+                params=params,
+                space=lambda a: config_space(a["M"], a["N"]),
+                schedule=functools.partial(_schedule_of, log=log),
+                default_config=lambda a: default_config(a["M"], a["N"]),
+                reference=ref,
+                flops=lambda a: flops(a["M"], a["N"]),
+                bytes_moved=lambda a: bytes_moved(a["M"], a["N"]),
+            )
         )
-    )
 
 
 _register()
