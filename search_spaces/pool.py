@@ -1,0 +1,419 @@
+"""2-D pooling over NCHW tensors: ``max_pool2d``, ``avg_pool2d``, ``global_avg_pool2d``.
+
+Windowed pools (PyTorch's ``max_pool2d`` / ``avg_pool2d`` with ``kernel_size``,
+``stride`` (defaults to the kernel) and ``padding``; no dilation, no ceil mode)::
+
+    Xp[n, c, h, w] = X[n, c, h - pad, w - pad] inside X, else the pad value
+    R[n, c, oh, ow] = max (or sum) over rh, rw < kernel of Xp[n, c, oh*s + rh, ow*s + rw]
+    Y[n, c, oh, ow] = R  (R / kernel**2 for an average)
+
+Padding never wins a max: it is -inf. An average counts the padding as zeros
+and divides by ``kernel**2`` everywhere, which is PyTorch's default
+``count_include_pad=True``.
+
+The loop nest of one output plane (``nc`` is ``n`` and ``c`` fused)::
+
+    for nc in N*C:                          # parallel across cores if chosen
+      Xp plane (pad_at="plane")             # the padded copy, then no bounds tests
+      for oh in Ho:
+        Xp rows (pad_at="rows")             # just the kernel rows of this output row
+        for owo in Wo / ow_split:
+          R_local[0:ow_split] = identity    # registers with local
+          for rh in kernel:                 # window_outer: the window loops outside...
+            for rw in kernel:
+              for owi in ow_split:          # ...so the output columns vectorize
+                R_local[owi] = max(R_local[owi], Xp[nc, oh*s + rh, (owo*ow_split + owi)*s + rw])
+        Y[nc, oh, :] = R[nc, oh, :]
+
+With ``pad_at="inline"`` there is no copy: every read tests the bounds, which
+is free when ``pad`` is 0 and otherwise keeps LLVM from vectorizing. Without
+``window_outer`` each output is a scalar reduction over its window (the order
+a direct translation of the definition gives).
+
+``global_avg_pool2d`` is PyTorch's ``adaptive_avg_pool2d(x, 1)``: ``Y[N, C, 1, 1]``.
+Per plane, a column sum vectorized along the row (``W`` accumulators, in
+registers with ``local``) and then a sum of that row::
+
+    for nc in N*C:                          # parallel, planes_per_task per task
+      P_local[0:W] = 0
+      for h in H: for w in W: P_local[w] += X[nc, h, w]      # vectorized over w
+      Y[nc, 0, 0] = sum_w P[nc, w] / (H*W)
+
+>>> args = {"N": 1, "C": 64, "H": 112, "W": 112, "kernel": 3, "stride": 2, "pad": 1}
+>>> s, tensors = schedule(default_config("max", args), "max", args)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tuner import te
+from tuner.schedule import Schedule
+from tuner.space import ConfigSpace
+from tuner.te import Tensor
+
+__all__ = [
+    "KINDS",
+    "bytes_moved",
+    "check_args",
+    "config_space",
+    "default_config",
+    "define",
+    "flops",
+    "global_bytes_moved",
+    "global_config_space",
+    "global_default_config",
+    "global_reference",
+    "global_schedule",
+    "out_size",
+    "reference",
+    "schedule",
+]
+
+#: The windowed pools this module registers, as ``<kind>_pool2d``.
+KINDS = ("max", "avg")
+_PAD_AT = ("inline", "plane", "rows")
+_OW_SPLITS = (0, 8, 16, 32, 64)  # 0: the whole output row
+
+
+def _stride(args: Mapping[str, Any]) -> int:
+    return int(args["stride"]) or int(args["kernel"])
+
+
+def out_size(args: Mapping[str, Any]) -> tuple[int, int]:
+    """``(Ho, Wo)``: PyTorch's floor((H + 2*pad - kernel) / stride) + 1."""
+    k, s, p = int(args["kernel"]), _stride(args), int(args["pad"])
+    return (args["H"] + 2 * p - k) // s + 1, (args["W"] + 2 * p - k) // s + 1
+
+
+def check_args(args: Mapping[str, Any]) -> None:
+    """PyTorch's rules: pad at most half the kernel; the window fits the padded input."""
+    from . import OperatorError
+
+    k, p = int(args["kernel"]), int(args["pad"])
+    if 2 * p > k:
+        raise OperatorError(f"pad must be at most half the kernel ({k}), got {p}")
+    if args["H"] + 2 * p < k or args["W"] + 2 * p < k:
+        raise OperatorError(
+            f"the {k} x {k} window does not fit the padded {args['H']} x {args['W']} input"
+        )
+
+
+def define(kind: str, args: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    """The input ``X[N, C, H, W]`` and the output ``Y[N, C, Ho, Wo]``."""
+    X, _, _, Y = _stages(kind, args)
+    return X, Y
+
+
+def _stages(kind: str, args: Mapping[str, Any]) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+    """``X``, the padded input ``Xp`` (None without padding), the reduction ``R`` and ``Y``."""
+    N, C, H, W = (int(args[a]) for a in "NCHW")
+    k, s, p = int(args["kernel"]), _stride(args), int(args["pad"])
+    Ho, Wo = out_size(args)
+    X = te.placeholder((N, C, H, W), "float32", name="X")
+    src = X
+    Xp: Tensor | None = None
+    if p:
+        fill = te.const(-np.inf if kind == "max" else 0.0, "float32")
+        Xp = te.compute(
+            (N, C, H + 2 * p, W + 2 * p),
+            lambda n, c, h, w: te.if_then_else(
+                (h >= p) & (h < H + p) & (w >= p) & (w < W + p), X[n, c, h - p, w - p], fill
+            ),
+            name="Xp",
+        )
+        src = Xp
+    rh = te.reduce_axis(k, name="rh")
+    rw = te.reduce_axis(k, name="rw")
+    combine = te.max if kind == "max" else te.sum
+    R = te.compute(
+        (N, C, Ho, Wo),
+        lambda n, c, oh, ow: combine(src[n, c, oh * s + rh, ow * s + rw], axis=[rh, rw]),
+        name="R",
+    )
+    if kind == "max":
+        Y = te.compute(R.shape, lambda n, c, oh, ow: R[n, c, oh, ow], name="Y")
+    else:
+        area = te.const(k * k, "float32")
+        Y = te.compute(R.shape, lambda n, c, oh, ow: R[n, c, oh, ow] / area, name="Y")
+    return X, Xp, R, Y
+
+
+def reference(x: np.ndarray, *, kind: str, kernel: int, stride: int, pad: int) -> np.ndarray:
+    """NumPy pooling over a padded sliding-window view (``stride=0`` means the kernel)."""
+    s = stride or kernel
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kernel, kernel), axis=(2, 3))
+    win = win[:, :, ::s, ::s]
+    if kind == "max":
+        out: np.ndarray = win.max(axis=(4, 5))
+        return out
+    return (win.sum(axis=(4, 5), dtype=np.float32) / np.float32(kernel * kernel)).astype(np.float32)
+
+
+def numpy_fast(x: np.ndarray, *, kind: str, kernel: int, stride: int, pad: int) -> np.ndarray:
+    """NumPy's best formulation (the benchmark's peer): one padded copy, then
+    ``kernel**2`` strided slices folded into one output buffer with ``out=``."""
+    s = stride or kernel
+    n, c, h, w = x.shape
+    ho, wo = (h + 2 * pad - kernel) // s + 1, (w + 2 * pad - kernel) // s + 1
+    fill = -np.inf if kind == "max" else 0.0
+    xp = x
+    if pad:
+        xp = np.full((n, c, h + 2 * pad, w + 2 * pad), fill, np.float32)
+        xp[:, :, pad : pad + h, pad : pad + w] = x
+    fold = np.maximum if kind == "max" else np.add
+    out = np.full((n, c, ho, wo), fill, np.float32)
+    for rh in range(kernel):
+        for rw in range(kernel):
+            fold(
+                out,
+                xp[:, :, rh : rh + s * (ho - 1) + 1 : s, rw : rw + s * (wo - 1) + 1 : s],
+                out=out,
+            )
+    if kind == "avg":
+        out *= np.float32(1.0 / (kernel * kernel))
+    return out
+
+
+def bytes_moved(args: Mapping[str, Any]) -> float:
+    """Compulsory traffic: ``X`` read once and ``Y`` written once (float32)."""
+    Ho, Wo = out_size(args)
+    return 4.0 * args["N"] * args["C"] * (args["H"] * args["W"] + Ho * Wo)
+
+
+def flops(args: Mapping[str, Any]) -> float:
+    """One compare (or add) per window element of every output."""
+    Ho, Wo = out_size(args)
+    return float(args["N"] * args["C"] * Ho * Wo * args["kernel"] ** 2)
+
+
+def config_space(kind: str, args: Mapping[str, Any], vector_lanes: int = 8) -> ConfigSpace:
+    """Where the padded copy lives, the window order, the column split, registers, threads."""
+    _, Wo = out_size(args)
+    sp = ConfigSpace()
+    sp.define_knob("pad_at", list(_PAD_AT))
+    sp.define_knob("window_outer", [True, False])
+    sp.define_knob("ow_split", list(_OW_SPLITS))
+    sp.define_knob("local", [True, False])
+    sp.define_knob("unroll_window", [True, False])
+    sp.define_knob("parallel", [True, False])
+    sp.add_constraint(
+        lambda c: c["pad_at"] == "inline" or int(args["pad"]) > 0,
+        "without padding there is no padded copy to place (pad_at=inline)",
+    )
+    sp.add_constraint(
+        lambda c: c["ow_split"] <= max(Wo, vector_lanes),
+        f"the column split is no wider than an output row or one {vector_lanes}-lane vector",
+    )
+    sp.add_constraint(
+        lambda c: not c["local"] or (c["ow_split"] or Wo) <= 8 * vector_lanes,
+        "local accumulators fit 8 vector registers",
+    )
+    sp.add_constraint(
+        lambda c: not c["unroll_window"] or int(args["kernel"]) <= 8,
+        "unroll only windows of at most 8 columns",
+    )
+    return sp.freeze()
+
+
+def default_config(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Padded rows, window loops outside vectorized output columns, parallel planes."""
+    _, Wo = out_size(args)
+    return {
+        "pad_at": "rows" if int(args["pad"]) else "inline",
+        "window_outer": True,
+        "ow_split": next(f for f in (32, 16, 8) if f <= max(Wo, 8)),
+        "local": False,
+        "unroll_window": False,
+        "parallel": True,
+    }
+
+
+def schedule(
+    cfg: Mapping[str, Any], kind: str, args: Mapping[str, Any]
+) -> tuple[Schedule, list[Tensor]]:
+    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+    X, Xp, R, Y = _stages(kind, args)
+    s = te.create_schedule(Y)
+    n, c, oh, ow = s[Y].op.axis
+    nc = s[Y].fuse(n, c)
+    s[Y].vectorize(ow)
+    if cfg["parallel"]:
+        s[Y].parallel(nc)
+    plane = cfg["pad_at"] == "plane"
+    s[R].compute_at(s[Y], nc if plane else oh)
+    rn, rc, roh, row = s[R].op.axis
+    rh, rw = s[R].op.reduce_axis
+    split = int(cfg["ow_split"])
+    owo, owi = s[R].split(row, factor=split) if split else (roh, row)
+    if cfg["window_outer"]:
+        s[R].reorder(owo, rh, rw, owi)
+        s[R].vectorize(owi)
+    else:
+        s[R].reorder(owo, owi, rh, rw)
+    if cfg["unroll_window"]:
+        s[R].unroll(rw)
+    if cfg["local"]:
+        RL = s.cache_write(R, "local")
+        s[RL].compute_at(s[R], owo)
+    if Xp is not None:
+        if cfg["pad_at"] == "inline":
+            s[Xp].compute_inline()
+        else:
+            s[Xp].compute_at(s[R], rc if plane else roh)
+            s[Xp].vectorize(s[Xp].op.axis[-1])
+    return s, [X, Y]
+
+
+# -- global average pooling -------------------------------------------------
+
+
+def _global_stages(N: int, C: int, H: int, W: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``X``, the per-plane column sums ``P[N, C, W]``, the plane sums ``S`` and ``Y``."""
+    X = te.placeholder((N, C, H, W), "float32", name="X")
+    h = te.reduce_axis(H, name="h")
+    P = te.compute((N, C, W), lambda n, c, w: te.sum(X[n, c, h, w], axis=h), name="P")
+    r = te.reduce_axis(W, name="r")
+    S = te.compute((N, C), lambda n, c: te.sum(P[n, c, r], axis=r), name="S")
+    area = te.const(H * W, "float32")
+    Y = te.compute((N, C, 1, 1), lambda n, c, i, j: S[n, c] / area, name="Y")
+    return X, P, S, Y
+
+
+def global_reference(x: np.ndarray) -> np.ndarray:
+    """``x.mean(axis=(2, 3), keepdims=True)``: PyTorch's ``adaptive_avg_pool2d(x, 1)``."""
+    out: np.ndarray = x.mean(axis=(2, 3), keepdims=True, dtype=np.float32)
+    return out
+
+
+def global_bytes_moved(N: int, C: int, H: int, W: int) -> float:
+    return 4.0 * N * C * (H * W + 1)
+
+
+def global_config_space(N: int, C: int, H: int, W: int, vector_lanes: int = 8) -> ConfigSpace:
+    """Planes per parallel task, and whether the ``W`` column sums live in registers."""
+    sp = ConfigSpace()
+    sp.define_knob("planes_per_task", [1, 2, 4, 8, 16, 32])
+    sp.define_knob("local", [True, False])
+    sp.define_knob("parallel", [True, False])
+    sp.add_constraint(
+        lambda c: c["planes_per_task"] <= N * C, "a task holds no more planes than N*C"
+    )
+    sp.add_constraint(
+        lambda c: not c["local"] or 16 * vector_lanes >= W,
+        "local column sums fit 16 vector registers",
+    )
+    return sp.freeze()
+
+
+def global_default_config(N: int, C: int, H: int, W: int) -> dict[str, Any]:
+    return {
+        "planes_per_task": next(p for p in (8, 4, 2, 1) if (N * C) % p == 0),
+        "local": W <= 128,
+        "parallel": True,
+    }
+
+
+def global_schedule(
+    cfg: Mapping[str, Any], N: int, C: int, H: int, W: int
+) -> tuple[Schedule, list[Tensor]]:
+    X, P, S, Y = _global_stages(N, C, H, W)
+    s = te.create_schedule(Y)
+    n, c, _, _ = s[Y].op.axis
+    nc = s[Y].fuse(n, c)
+    task, one = s[Y].split(nc, factor=int(cfg["planes_per_task"]))
+    if cfg["parallel"]:
+        s[Y].parallel(task)
+    s[S].compute_at(s[Y], one)
+    s[P].compute_at(s[S], s[S].op.axis[1])
+    pn, pc, pw = s[P].op.axis
+    (ph,) = s[P].op.reduce_axis
+    s[P].reorder(pn, pc, ph, pw)
+    s[P].vectorize(pw)
+    if cfg["local"]:
+        PL = s.cache_write(P, "local")
+        s[PL].compute_at(s[P], pc)
+    return s, [X, Y]
+
+
+_NCHW = (
+    ("N", "batch"),
+    ("C", "channels"),
+    ("H", "input height"),
+    ("W", "input width"),
+)
+
+
+def _operator(kind: str) -> Any:
+    """The registry entry of ``<kind>_pool2d``; its callables take the parsed arguments."""
+    from . import Operator, Param
+
+    def space(a: Mapping[str, Any]) -> ConfigSpace:
+        return config_space(kind, a)
+
+    def sched(cfg: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Schedule, list[Tensor]]:
+        return schedule(cfg, kind, a)
+
+    def default(a: Mapping[str, Any]) -> dict[str, Any]:
+        return default_config(kind, a)
+
+    def ref(x: np.ndarray, **args: Any) -> np.ndarray:
+        """``reference(*inputs, **parsed_args)``: the window comes from the arguments."""
+        return reference(
+            x,
+            kind=kind,
+            kernel=args["kernel"],
+            stride=args.get("stride", 0),
+            pad=args.get("pad", 0),
+        )
+
+    counting = " (padding counted, count_include_pad=True)" if kind == "avg" else ""
+    return Operator(
+        name=f"{kind}_pool2d",
+        doc=f"{kind} pooling of an NCHW float32 tensor over kernel x kernel windows{counting}",
+        params=(
+            *(Param(name, int, doc=doc) for name, doc in _NCHW),
+            Param("kernel", int, doc="window height and width"),
+            Param("stride", int, 0, doc="step of the window; 0 means the kernel size", minimum=0),
+            Param("pad", int, 0, doc="-inf (max) or zero (avg) padding on each side", minimum=0),
+        ),
+        space=space,
+        schedule=sched,
+        default_config=default,
+        reference=ref,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        check=check_args,
+    )
+
+
+def _global_reference(x: np.ndarray, **args: Any) -> np.ndarray:
+    return global_reference(x)
+
+
+def _register() -> None:
+    from . import Operator, Param, register_operator
+
+    for kind in KINDS:
+        register_operator(_operator(kind))
+    register_operator(
+        Operator(
+            name="global_avg_pool2d",
+            doc="mean of each H x W plane of an NCHW float32 tensor, as Y[N, C, 1, 1]",
+            params=tuple(Param(name, int, doc=doc) for name, doc in _NCHW),
+            space=lambda a: global_config_space(a["N"], a["C"], a["H"], a["W"]),
+            schedule=lambda cfg, a: global_schedule(cfg, a["N"], a["C"], a["H"], a["W"]),
+            default_config=lambda a: global_default_config(a["N"], a["C"], a["H"], a["W"]),
+            reference=_global_reference,
+            flops=lambda a: float(a["N"] * a["C"] * a["H"] * a["W"]),
+            bytes_moved=lambda a: global_bytes_moved(a["N"], a["C"], a["H"], a["W"]),
+        )
+    )
+
+
+_register()
