@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import tuner
+from search_spaces import OperatorError, get_operator
+from search_spaces import conv2d as cv
+from search_spaces.conv2d import Conv2d
+
+
+def naive(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """The definition, one output element at a time (float64), independent of the module."""
+    xc = x.transpose(0, 3, 1, 2) if p.nhwc else x
+    y = np.zeros((p.N, p.K, p.OH, p.OW))
+    kg = p.K // p.groups
+    for n, k, oh, ow in itertools.product(range(p.N), range(p.K), range(p.OH), range(p.OW)):
+        acc = 0.0 if b is None else float(b[k])
+        for c, r, s in itertools.product(range(p.Cg), range(p.R), range(p.S)):
+            h = oh * p.stride + r * p.dilation - p.pad
+            v = ow * p.stride + s * p.dilation - p.pad
+            if 0 <= h < p.H and 0 <= v < p.W:
+                acc += float(xc[n, (k // kg) * p.Cg + c, h, v]) * float(w[k, c, r, s])
+        y[n, k, oh, ow] = max(acc, 0.0) if p.activation == "relu" else acc
+    return y.transpose(0, 2, 3, 1) if p.nhwc else y
+
+
+def inputs(p: Conv2d, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    xshape = (p.N, p.H, p.W, p.C) if p.nhwc else (p.N, p.C, p.H, p.W)
+    arrays = [rng.standard_normal(xshape), rng.standard_normal((p.K, p.Cg, p.R, p.S))]
+    if p.bias:
+        arrays.append(rng.standard_normal(p.K))
+    return [a.astype(np.float32) for a in arrays]
+
+
+def check(cfg, p: Conv2d) -> None:  # type: ignore[no-untyped-def]
+    arrays = inputs(p)
+    s, tensors = cv.schedule(cfg, p)
+    out = np.full(tensors[-1].shape_ints, 12345, np.float32)
+    tuner.build(s, tensors)(*arrays, out)
+    np.testing.assert_allclose(out, cv.reference(p, *arrays), rtol=1e-4, atol=1e-4)
+
+
+AWKWARD = [
+    Conv2d(1, 3, 7, 11, 5, 3, 3, stride=1, pad=1, bias=True, activation="relu"),
+    Conv2d(2, 4, 9, 6, 6, 3, 2, stride=2, pad=2, dilation=2, groups=2, layout="NHWC"),
+    Conv2d(1, 6, 5, 5, 3, 1, 1, groups=3, bias=True),
+    Conv2d(1, 1, 1, 1, 1, 1, 1),
+    Conv2d(1, 2, 3, 4, 17, 3, 3, stride=3, pad=0, layout="NHWC", activation="relu"),
+]
+
+
+@pytest.mark.parametrize("p", AWKWARD, ids=str)
+def test_reference_matches_the_definition(p: Conv2d) -> None:
+    arrays = inputs(p)
+    b = arrays[2] if p.bias else None
+    expected = naive(p, arrays[0], arrays[1], b)
+    np.testing.assert_allclose(cv.reference(p, *arrays), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cv.numpy_fast(p, *arrays), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", AWKWARD[:2], ids=str)
+def test_default_config_is_in_the_space_and_correct(p: Conv2d) -> None:
+    check(cv.config_space(p).validate(cv.default_config(p)), p)
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        *AWKWARD,
+        Conv2d(1, 64, 56, 56, 64, 3, 3, pad=1),
+        Conv2d(1, 256, 56, 56, 64, 1, 1),
+        Conv2d(1, 128, 56, 56, 128, 3, 3, stride=2, pad=1, layout="NHWC"),
+    ],
+    ids=str,
+)
+def test_default_config_is_valid_for_any_shape(p: Conv2d) -> None:
+    cv.config_space(p).validate(cv.default_config(p))
+
+
+def test_sampled_legal_configs_lower() -> None:
+    """Cheap (no compile): the constraints admit only schedules that lower."""
+    for p in AWKWARD[:3]:
+        space = cv.config_space(p)
+        rng = np.random.default_rng(0)
+        for _ in range(25):
+            s, tensors = cv.schedule(space.sample(rng), p)
+            tuner.lower(s, tensors)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> Conv2d:
+    groups = draw(st.sampled_from([1, 1, 2]))
+    p = Conv2d(
+        N=draw(st.sampled_from([1, 2])),
+        C=groups * draw(st.sampled_from([1, 3])),
+        H=draw(st.sampled_from([1, 5, 7])),
+        W=draw(st.sampled_from([1, 6, 13])),
+        K=groups * draw(st.sampled_from([1, 5, 9])),
+        R=draw(st.sampled_from([1, 3])),
+        S=draw(st.sampled_from([1, 2, 3])),
+        stride=draw(st.sampled_from([1, 2])),
+        pad=draw(st.sampled_from([0, 1, 2])),
+        dilation=draw(st.sampled_from([1, 2])),
+        groups=groups,
+        layout=draw(st.sampled_from(["NCHW", "NHWC"])),
+        bias=draw(st.booleans()),
+        activation=draw(st.sampled_from(["none", "relu"])),
+    )
+    try:
+        p.check()
+    except OperatorError:
+        assume(False)
+    return p
+
+
+@given(workloads(), st.integers(0, 2**32 - 1))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_random_configs_match_numpy_on_awkward_shapes(p: Conv2d, seed: int) -> None:
+    check(cv.config_space(p).sample(np.random.default_rng(seed)), p)
+
+
+@pytest.mark.slow
+@given(workloads(), st.integers(0, 2**32 - 1))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_many_random_configs_match_numpy(p: Conv2d, seed: int) -> None:
+    check(cv.config_space(p).sample(np.random.default_rng(seed + 1)), p)
+
+
+def test_registered_operator_end_to_end() -> None:
+    op = get_operator("conv2d")
+    raw = {"C": "6", "H": "5", "W": "5", "K": "3", "R": "1", "S": "1", "groups": "3"}
+    args = op.parse_args({**raw, "bias": "true"})
+    arrays = op.make_inputs(args)
+    assert [a.shape for a in arrays] == [(1, 6, 5, 5), (3, 2, 1, 1), (3,)]
+    s, tensors = op.schedule(op.default_config(args), args)
+    out = np.zeros(tensors[-1].shape_ints, np.float32)
+    tuner.build(s, tensors)(*arrays, out)
+    np.testing.assert_allclose(out, op.reference(*arrays, **args), rtol=1e-4, atol=1e-4)
+    assert op.flops(args) == 2 * 3 * 5 * 5 * 2
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"groups": "3"}, "groups=3 must divide both C=4 and K=6"),
+        ({"R": "10", "pad": "1"}, r"window R=10 .* does not fit the padded input"),
+        ({"R": "1", "dilation": "4"}, "window S=3 \\(dilation 4, span 9\\)"),
+        ({"pad": "-1"}, "pad must be a non-negative integer"),
+        ({"stride": "0"}, "stride must be a positive integer"),
+        ({"layout": "NCWH"}, "layout must be one of NCHW, NHWC"),
+        ({"activation": "gelu"}, "activation must be one of none, relu"),
+        ({"bias": "maybe"}, "bias must be a bool"),
+    ],
+)
+def test_arguments_are_validated_in_one_sentence(raw: dict[str, str], message: str) -> None:
+    base = {"C": "4", "H": "7", "W": "7", "K": "6"}
+    with pytest.raises(OperatorError, match=message):
+        get_operator("conv2d").parse_args({**base, **raw})
+
+
+def test_space_rejects_bad_configs() -> None:
+    p = Conv2d(1, 64, 56, 56, 64, 3, 3, pad=1)
+    space, default = cv.config_space(p), cv.default_config(p)
+    with pytest.raises(ValueError, match="registers"):
+        space.validate({**default, "kr": 32, "owr": 6})
+    with pytest.raises(ValueError, match="SIMD axis"):
+        space.validate({**default, "kr": 12, "owr": 1})
+    with pytest.raises(ValueError, match="no larger than the output"):
+        cv.config_space(Conv2d(1, 4, 5, 5, 3, 3, 3, pad=1)).validate(
+            {**default, "kr": 16, "owr": 1}
+        )
+    nhwc = Conv2d(1, 8, 8, 8, 8, 3, 3, layout="NHWC")
+    with pytest.raises(ValueError, match="vector"):
+        cv.config_space(nhwc).validate({**cv.default_config(nhwc), "vector": "ow"})
+    with pytest.raises(ValueError, match="pad_at"):
+        cv.config_space(Conv2d(1, 8, 8, 8, 8, 1, 1)).validate(default)
+
+
+def test_cost_model_figures() -> None:
+    p = Conv2d(1, 64, 56, 56, 64, 3, 3, pad=1)
+    assert (p.OH, p.OW) == (56, 56)
+    assert cv.flops(p) == 2.0 * 64 * 56 * 56 * 64 * 9
+    assert cv.bytes_moved(p) == 4.0 * (64 * 56 * 56 * 2 + 64 * 64 * 9)
+    assert Conv2d(1, 128, 56, 56, 128, 3, 3, stride=2, pad=1).OH == 28
