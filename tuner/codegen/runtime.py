@@ -76,8 +76,8 @@ def exp32(x):  # type: ignore[no-untyped-def]
 def tanh32(x):  # type: ignore[no-untyped-def]
     """tanh(x) as Eigen's float32 rational minimax approximation (relative error < 3e-7).
 
-    Branch-free and without exp: one division. tanh(x) rounds to +-1 in
-    float32 beyond |x| = 7.9988, where the input is clamped.
+    Branch-free and without exp: one division. The input is clamped to
+    |x| <= 7.9988, where tanh is within a few ulp of +-1.
     """
     x = min(max(x, _F(-7.99881172180175781)), _F(7.99881172180175781))
     x2 = x * x
