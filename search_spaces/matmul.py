@@ -6,6 +6,7 @@ The schedule space is the GotoBLAS loop nest (what OpenBLAS does by hand)::
       for ko in K / KC:
         pack B[ko, jo] into [NC/NR][KC][NR] panels      (if pack_b)
         for io in M / MC:
+          pack A[io, ko] into [MC/MR][KC][MR] panels    (if pack_a)
           for jb in NC / NR:
             for ib in MC / MR:
               MR x NR register tile, loaded from C, += over KC, stored back
@@ -13,39 +14,88 @@ The schedule space is the GotoBLAS loop nest (what OpenBLAS does by hand)::
 The knobs pick MR, NR, KC, MC and NC; a constraint keeps the register tile
 within the target's vector registers. int8 inputs accumulate in int32.
 
+Transposed operands keep the same register tile. ``trans_b`` reads B as
+``[N, K]`` (a PyTorch ``Linear`` weight, attention's keys): packing copies it
+into the same ``[NC/NR][KC][NR]`` panels, so the tile's inner loop still
+loads NR adjacent values of B per k (unpacked, it would gather them with a
+stride of K). ``trans_a`` reads A as ``[K, M]``: the tile's MR values of A for
+one k are then adjacent, and packing A makes its panels contiguous too.
+
+:func:`register_blocked` applies this nest to any stage that is a sum of
+products over one reduction axis, so ``batch_matmul`` (with a batch loop
+outside) and ``dense`` (computed inside its epilogue's loops) reuse it.
+
 >>> space = config_space(512, 512, 512)
 >>> s, tensors = schedule(space.sample(np.random.default_rng(0)), 512, 512, 512)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tuner import te
 from tuner.schedule import Schedule
+from tuner.schedule.schedule import AxisRef
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
-__all__ = ["config_space", "default_config", "define", "flops", "reference", "schedule"]
+__all__ = [
+    "GemmLoops",
+    "Packing",
+    "config_space",
+    "default_config",
+    "define",
+    "define_gemm_knobs",
+    "flops",
+    "gemm_default",
+    "kc_choices",
+    "operand_packing",
+    "reference",
+    "register_blocked",
+    "schedule",
+]
+
+#: Accumulator tiles must leave registers for the B vectors and the A broadcast:
+#: 12 of the 16 vector registers of AVX2 (and of the first 16 of AVX-512).
+ACCUMULATOR_REGISTERS = 12
 
 
-def define(M: int, N: int, K: int, dtype: str = "float32") -> tuple[Tensor, Tensor, Tensor]:
-    """The tensors ``A``, ``B`` and ``C``; int8 inputs give an int32 ``C``."""
-    A = te.placeholder((M, K), dtype, name="A")
-    B = te.placeholder((K, N), dtype, name="B")
+def define(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float32",
+    trans_a: bool = False,
+    trans_b: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The tensors ``A`` (``[M, K]``, or ``[K, M]`` with trans_a), ``B`` and ``C``.
+
+    ``B`` is ``[K, N]``, or ``[N, K]`` with trans_b; int8 inputs give an int32 ``C``.
+    """
+    A = te.placeholder((K, M) if trans_a else (M, K), dtype, name="A")
+    B = te.placeholder((N, K) if trans_b else (K, N), dtype, name="B")
     k = te.reduce_axis(K, name="k")
     acc = "int32" if dtype == "int8" else dtype
-    C = te.compute(
-        (M, N), lambda i, j: te.sum(A[i, k].astype(acc) * B[k, j].astype(acc), axis=k), name="C"
-    )
+
+    def body(i: Any, j: Any) -> te.Expr:
+        a = A[k, i] if trans_a else A[i, k]
+        b = B[j, k] if trans_b else B[k, j]
+        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
+
+    C = te.compute((M, N), body, name="C")
     return A, B, C
 
 
-def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def reference(
+    a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False
+) -> np.ndarray:
     acc = np.int32 if a.dtype == np.int8 else a.dtype
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
     return a.astype(acc) @ b.astype(acc)
 
 
@@ -53,66 +103,206 @@ def flops(M: int, N: int, K: int) -> float:
     return 2.0 * M * N * K
 
 
-def config_space(M: int, N: int, K: int, vector_lanes: int = 8) -> ConfigSpace:
-    """The knobs of the GotoBLAS nest; the register tile fits 12 vector registers."""
-    sp = ConfigSpace()
+# -- the GotoBLAS nest, shared with batch_matmul and dense ------------------------------------
+
+
+def kc_choices(K: int) -> list[int]:
+    """Powers of two from 32 to 512, K itself up to 512, and K cut into even blocks of <= 256.
+
+    A KC that leaves a short last block sends every tile of that block down
+    the bounded (edge) path, which is not unrolled and vectorized.
+    """
+    even = -(-K // -(-K // 256))
+    return sorted({32, 64, 128, 256, 512, even, *([K] if K <= 512 else [])})
+
+
+def define_gemm_knobs(sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int = 8) -> None:
+    """The register tile (MR x NR), the cache blocks (KC, MC, NC) and their constraints."""
     sp.define_knob("mr", [1, 2, 3, 4, 5, 6, 8])
     sp.define_knob("nr", [8, 16, 24, 32])
-    sp.define_knob("kc", [32, 64, 128, 256, 512])
+    sp.define_knob("kc", kc_choices(K))
     sp.define_knob("mc_tiles", [1, 2, 4, 8, 16, 24, 32])  # MC = mc_tiles * MR
     sp.define_knob("nc_tiles", [1, 2, 4, 8, 16, 32, 64])  # NC = nc_tiles * NR
-    sp.define_knob("pack_b", [True, False])
-    sp.define_knob("parallel", [True, False])
     sp.add_constraint(
-        lambda c: c["mr"] * c["nr"] <= 12 * vector_lanes,
-        f"the MR x NR accumulator tile fits 12 vector registers of {vector_lanes} lanes",
+        lambda c: c["mr"] * c["nr"] <= ACCUMULATOR_REGISTERS * vector_lanes,
+        f"the MR x NR accumulator tile fits {ACCUMULATOR_REGISTERS} vector registers"
+        f" of {vector_lanes} lanes",
     )
     sp.add_constraint(
         lambda c: c["nr"] <= 2 * N + 8 and c["mr"] <= M, "tiles no larger than the matrix"
     )
-    return sp.freeze()
 
 
-def default_config(M: int, N: int, K: int) -> dict[str, Any]:
-    """A decent schedule without tuning (6x16 tile, KC 256, B packed, parallel)."""
+#: Register tiles of 12 AVX2 accumulators, the candidates for a default.
+_DEFAULT_TILES = ((6, 16), (4, 24))
+
+
+def _tile_cost(M: int, N: int, mr: int, nr: int) -> int:
+    """Rough time of covering M x N with MR x NR tiles: an edge tile (bounded loops) costs 4."""
+    full = (M // mr) * (N // nr)
+    tiles = -(-M // mr) * -(-N // nr)
+    return (full + 4 * (tiles - full)) * mr * nr
+
+
+def gemm_default(M: int, N: int, K: int) -> dict[str, Any]:
+    """A 12-accumulator register tile, KC <= 256, NC about 256 columns, MC about 100 rows.
+
+    The tile is 6x16 or 4x24, whichever leaves less work on edge tiles (4x24
+    covers a batch of 128 rows and 3072 columns exactly); smaller matrices get
+    the largest tile that fits them. KC cuts K into even blocks (all of K up to
+    256): a KC longer than K, or one that leaves a short last block, sends
+    tiles down the bounded (edge) path, which is not unrolled and vectorized.
+    """
+    mr, nr = min(_DEFAULT_TILES, key=lambda t: _tile_cost(M, N, *t))
+    mr = min(mr, M)
+    nr = nr if N >= 4 else 8
     return {
-        "mr": 6,
-        "nr": 16,
-        "kc": 256,
-        "mc_tiles": 16,
-        "nc_tiles": 16,
-        "pack_b": True,
-        "parallel": True,
+        "mr": mr,
+        "nr": nr,
+        "kc": -(-K // -(-K // 256)),
+        "mc_tiles": next(t for t in (16, 8, 4, 2, 1) if t == 1 or t * mr <= max(M, 96)),
+        "nc_tiles": max(t for t in (1, 2, 4, 8, 16) if t == 1 or t * nr <= 256),
     }
 
 
-def schedule(
-    cfg: Mapping[str, Any], M: int, N: int, K: int, dtype: str = "float32"
-) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+@dataclass(frozen=True)
+class Packing:
+    """An operand to copy into register-tile panels: its tensor and the dims that run along m or n, and k."""
+
+    tensor: Tensor
+    tile_dim: int  # the dimension the register tile runs along (m for A, n for B)
+    k_dim: int
+
+
+def operand_packing(operand: Tensor, transposed: bool, which: str) -> Packing:
+    """How to pack ``A`` (``[..., M, K]``) or ``B`` (``[..., K, N]``), either one maybe transposed."""
+    last, before = operand.ndim - 1, operand.ndim - 2
+    along_tile_last = (which == "A") == transposed  # A.T and B run along m / n in their last dim
+    if along_tile_last:
+        return Packing(operand, tile_dim=last, k_dim=before)
+    return Packing(operand, tile_dim=before, k_dim=last)
+
+
+@dataclass(frozen=True)
+class GemmLoops:
+    """The loops :func:`register_blocked` made, outermost first (see the module's nest)."""
+
+    jo: AxisRef
+    ko: AxisRef
+    io: AxisRef
+    jb: AxisRef
+    ib: AxisRef
+    ki: AxisRef
+    ir: AxisRef
+    jv: AxisRef
+
+
+def register_blocked(
+    s: Schedule,
+    C: Tensor,
+    cfg: Mapping[str, Any],
+    *,
+    outer: Sequence[AxisRef] = (),
+    pack_a: Packing | None = None,
+    pack_b: Packing | None = None,
+    nc: int | None = None,
+) -> GemmLoops:
+    """Schedule ``C``'s last two spatial axes and its reduction as the GotoBLAS nest.
+
+    ``outer`` are ``C``'s other spatial axes (a batch), kept outside the nest.
+    The register tile is ``C``'s local cache at ``ib``; a packed B is copied
+    at ``ko`` (a ``KC x NC`` block in ``[NC/NR][KC][NR]`` panels), a packed A at
+    ``io`` (``[MC/MR][KC][MR]``). Called on a stage computed inside another
+    stage's loops, the same nest covers just the region computed there; pass
+    that region's width as ``nc`` when it is narrower than the config's NC (a
+    split's inner loop runs to its factor, so a wider NC would run, and pack,
+    empty column panels).
+    """
     mr, nr, kc = int(cfg["mr"]), int(cfg["nr"]), int(cfg["kc"])
-    mc, nc = mr * int(cfg["mc_tiles"]), nr * int(cfg["nc_tiles"])
-    A, B, C = define(M, N, K, dtype)
-    s = te.create_schedule(C)
-    i, j = s[C].op.axis
+    mc = mr * int(cfg["mc_tiles"])
+    nc = nc if nc is not None else nr * int(cfg["nc_tiles"])
+    *_, i, j = s[C].op.axis
     (k,) = s[C].op.reduce_axis
     jo, ji = s[C].split(j, factor=nc)
     jb, jv = s[C].split(ji, factor=nr)
     ko, ki = s[C].split(k, factor=kc)
     io, ii = s[C].split(i, factor=mc)
     ib, ir = s[C].split(ii, factor=mr)
-    s[C].reorder(jo, ko, io, jb, ib, ki, ir, jv)
+    s[C].reorder(*outer, jo, ko, io, jb, ib, ki, ir, jv)
     CL = s.cache_write(C, "local")
     s[CL].compute_at(s[C], ib)
-    if cfg["pack_b"]:
-        BP = s.cache_read(B, "global", [C])
-        s[BP].compute_at(s[C], ko)
-        bk, bj = s[BP].op.axis
-        bjo, bji = s[BP].split(bj, factor=nr)
-        s[BP].reorder(bjo, bk, bji)
+    for packing, at, tile in ((pack_b, ko, nr), (pack_a, io, mr)):
+        if packing is None:
+            continue
+        P = s.cache_read(packing.tensor, "global", [C])
+        s[P].compute_at(s[C], at)
+        axes = s[P].op.axis
+        to, ti = s[P].split(axes[packing.tile_dim], factor=tile)
+        s[P].reorder(to, axes[packing.k_dim], ti)
     s[C].vectorize(jv)
+    return GemmLoops(jo, ko, io, jb, ib, ki, ir, jv)
+
+
+# -- the matmul operator -----------------------------------------------------------------------
+
+
+def config_space(
+    M: int, N: int, K: int, vector_lanes: int = 8, trans_a: bool = False, trans_b: bool = False
+) -> ConfigSpace:
+    """The knobs of the GotoBLAS nest; the register tile fits 12 vector registers.
+
+    A transposed B read without packing gathers NR values at a stride of K for
+    every k, so with ``trans_b`` B is always packed. Packing A is a knob only
+    with ``trans_a``: there one k to the next is a stride of M, a cache line per
+    k; an untransposed A streams MR rows the hardware prefetcher follows.
+    """
+    sp = ConfigSpace()
+    define_gemm_knobs(sp, M, N, K, vector_lanes)
+    sp.define_knob("pack_b", [True, False])
+    sp.define_knob("parallel", [True, False])
+    if trans_a:
+        sp.define_knob("pack_a", [True, False])
+    if trans_b:
+        sp.add_constraint(
+            lambda c: c["pack_b"], "a transposed B is packed (unpacked it is gathered)"
+        )
+    return sp.freeze()
+
+
+def default_config(M: int, N: int, K: int, trans_a: bool = False) -> dict[str, Any]:
+    """A decent schedule without tuning (12-accumulator tile, KC <= 256, B packed, parallel).
+
+    A transposed A is packed too: its MR values per k are adjacent, but one k
+    to the next is a stride of M, a cache line per k otherwise.
+    """
+    cfg = {**gemm_default(M, N, K), "pack_b": True, "parallel": True}
+    return {**cfg, "pack_a": True} if trans_a else cfg
+
+
+def schedule(
+    cfg: Mapping[str, Any],
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float32",
+    trans_a: bool = False,
+    trans_b: bool = False,
+) -> tuple[Schedule, list[Tensor]]:
+    """The schedule for ``cfg`` (validate configs from outside against config_space first).
+
+    Only a ``trans_a`` space has ``pack_a``; a config without it reads A in place.
+    """
+    A, B, C = define(M, N, K, dtype, trans_a, trans_b)
+    s = te.create_schedule(C)
+    loops = register_blocked(
+        s,
+        C,
+        cfg,
+        pack_a=operand_packing(A, trans_a, "A") if cfg.get("pack_a", False) else None,
+        pack_b=operand_packing(B, trans_b, "B") if cfg["pack_b"] else None,
+    )
     if cfg["parallel"]:
-        s[C].parallel(jo)
+        s[C].parallel(loops.jo)
     return s, [A, B, C]
 
 
@@ -122,19 +312,34 @@ def _register() -> None:
     register_operator(
         Operator(
             name="matmul",
-            doc="C = A @ B with A: M x K, B: K x N (int8 inputs give an int32 C)",
+            doc="C = A @ B with A: M x K, B: K x N (int8 inputs give an int32 C);"
+            " trans_a / trans_b take A as K x M / B as N x K",
             params=(
                 Param("M", int, doc="rows of A and C"),
                 Param("N", int, doc="columns of B and C"),
                 Param("K", int, doc="columns of A, rows of B"),
                 Param("dtype", str, "float32", ("float32", "float64", "int8")),
+                Param("trans_a", bool, False, doc="A is given as K x M (C = A.T @ B)"),
+                Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),
             ),
-            space=lambda a: config_space(a["M"], a["N"], a["K"]),
-            schedule=lambda cfg, a: schedule(cfg, a["M"], a["N"], a["K"], a["dtype"]),
-            default_config=lambda a: default_config(a["M"], a["N"], a["K"]),
-            reference=reference,
+            space=lambda a: config_space(
+                a["M"], a["N"], a["K"], trans_a=a["trans_a"], trans_b=a["trans_b"]
+            ),
+            schedule=lambda cfg, a: schedule(
+                cfg, a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"]
+            ),
+            default_config=lambda a: default_config(a["M"], a["N"], a["K"], a["trans_a"]),
+            reference=_registry_reference,
             flops=lambda a: flops(a["M"], a["N"], a["K"]),
         )
+    )
+
+
+def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
+    """``reference(*inputs, **parsed_args)`` as the registry calls it (the flags are args)."""
+    a, b = arrays
+    return reference(
+        a, b, trans_a=bool(args.get("trans_a", False)), trans_b=bool(args.get("trans_b", False))
     )
 
 

@@ -6,37 +6,126 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tuner
-from search_spaces import matmul
+from search_spaces import OperatorError, get_operator, matmul
+from tuner.lower.ir import Alloc, For, Seq, Stmt
 
 
-def check(cfg, m: int, n: int, k: int, dtype: str = "float32") -> None:  # type: ignore[no-untyped-def]
+def check(  # type: ignore[no-untyped-def]
+    cfg,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "float32",
+    trans_a: bool = False,
+    trans_b: bool = False,
+) -> None:
     rng = np.random.default_rng(1)
+    s, tensors = matmul.schedule(cfg, m, n, k, dtype, trans_a, trans_b)
+    shape_a, shape_b = tensors[0].shape_ints, tensors[1].shape_ints
     if dtype == "int8":
-        a = rng.integers(-128, 128, (m, k)).astype(np.int8)
-        b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        a = rng.integers(-128, 128, shape_a).astype(np.int8)
+        b = rng.integers(-128, 128, shape_b).astype(np.int8)
     else:
-        a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
-    s, tensors = matmul.schedule(cfg, m, n, k, dtype)
-    out = np.zeros((m, n), tensors[-1].dtype)
+        a, b = rng.random(shape_a, dtype=np.float32), rng.random(shape_b, dtype=np.float32)
+    out = np.full((m, n), 7, tensors[-1].dtype)  # no kernel may rely on a zeroed output
     tuner.build(s, tensors)(a, b, out)
-    np.testing.assert_allclose(out, matmul.reference(a, b), rtol=1e-4, atol=1e-4)
+    expected = matmul.reference(a, b, trans_a, trans_b)
+    if dtype == "int8":
+        np.testing.assert_array_equal(out, expected)
+    else:
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_default_config_is_in_the_space_and_correct() -> None:
     cfg = matmul.config_space(67, 45, 33).validate(matmul.default_config(67, 45, 33))
     check(cfg, 67, 45, 33)
-    check(cfg, 17, 31, 70, dtype="int8")
+
+
+def test_int8_accumulates_exactly_in_int32_on_awkward_shapes() -> None:
+    """127 * 127 * 600 overflows int16 and loses bits in float32: only int32 sums are exact."""
+    m, n, k = 17, 31, 600
+    cfg = matmul.config_space(m, n, k).validate(matmul.default_config(m, n, k))
+    s, tensors = matmul.schedule(cfg, m, n, k, "int8")
+    assert tensors[-1].dtype == "int32"
+    a = np.full((m, k), 127, np.int8)
+    b = np.full((k, n), 127, np.int8)
+    b[::2] = -128
+    out = np.zeros((m, n), np.int32)
+    tuner.build(s, tensors)(a, b, out)
+    np.testing.assert_array_equal(out, matmul.reference(a, b))
+    check(cfg, m, n, k, dtype="int8")
+
+
+def test_both_operands_transposed() -> None:
+    m, n, k = 13, 29, 70
+    space = matmul.config_space(m, n, k, trans_a=True, trans_b=True)
+    check(
+        space.validate(matmul.default_config(m, n, k, trans_a=True)), m, n, k, "float32", True, True
+    )
+
+
+@pytest.mark.parametrize(
+    "m, n, k", [(1, 1, 1), (1, 3, 5), (5, 3, 70), (7, 45, 33), (128, 3072, 768), (1024, 1024, 1024)]
+)
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
+def test_default_config_is_valid_for_any_shape(
+    m: int, n: int, k: int, trans_a: bool, trans_b: bool
+) -> None:
+    space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b)
+    cfg = space.validate(matmul.default_config(m, n, k, trans_a))
+    # K in as few blocks of at most 256 as there can be, cut evenly: no KC beyond K
+    # (every tile on the bounded edge path) and no short last block.
+    assert cfg["kc"] <= k and -(-k // cfg["kc"]) == -(-k // 256)
+
+
+def _loops(s: Stmt) -> list[For]:
+    if isinstance(s, For):
+        return [s, *_loops(s.body)]
+    if isinstance(s, Seq):
+        return [f for c in s.body for f in _loops(c)]
+    if isinstance(s, Alloc):
+        return _loops(s.body)
+    return []
+
+
+def test_default_1024_is_the_register_blocked_nest() -> None:
+    """Cheap (no compile): 4 parallel column blocks (2 per core), 12-accumulator tiles."""
+    s, tensors = matmul.schedule(matmul.default_config(1024, 1024, 1024), 1024, 1024, 1024)
+    loops = _loops(tuner.lower(s, tensors).body)
+    parallel = [f for f in loops if f.kind == "parallel"]
+    assert len(parallel) == 1 and parallel[0].extent.value == 4  # type: ignore[attr-defined]
+    cfg = matmul.default_config(1024, 1024, 1024)
+    assert cfg["mr"] * cfg["nr"] == 12 * 8 and cfg["kc"] == 256
+
+
+def test_random_legal_configs_lower() -> None:
+    """Cheap (no compile): the constraints admit only schedules that lower."""
+    rng = np.random.default_rng(0)
+    for m, n, k, ta, tb in [
+        (1, 1, 1, False, False),
+        (7, 40, 33, True, True),
+        (64, 13, 300, False, True),
+    ]:
+        space = matmul.config_space(m, n, k, trans_a=ta, trans_b=tb)
+        for cfg in space.sample_many(rng, 25):
+            s, tensors = matmul.schedule(cfg, m, n, k, "float32", ta, tb)
+            tuner.lower(s, tensors)
 
 
 @given(
     st.sampled_from([1, 7, 31, 64]),
     st.sampled_from([1, 13, 40]),
     st.sampled_from([1, 29, 64]),
+    st.booleans(),
+    st.booleans(),
     st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_random_configs_match_numpy_on_awkward_shapes(m: int, n: int, k: int, seed: int) -> None:
-    check(matmul.config_space(m, n, k).sample(np.random.default_rng(seed)), m, n, k)
+def test_random_configs_match_numpy_on_awkward_shapes(
+    m: int, n: int, k: int, trans_a: bool, trans_b: bool, seed: int
+) -> None:
+    space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b)
+    check(space.sample(np.random.default_rng(seed)), m, n, k, "float32", trans_a, trans_b)
 
 
 def test_space_rejects_bad_configs() -> None:
@@ -45,3 +134,28 @@ def test_space_rejects_bad_configs() -> None:
         space.validate({**matmul.default_config(64, 64, 64), "mr": "__import__('os')"})
     with pytest.raises(ValueError, match="registers"):
         space.validate({**matmul.default_config(64, 64, 64), "mr": 8, "nr": 32})
+    transposed = matmul.config_space(64, 64, 64, trans_b=True)
+    with pytest.raises(ValueError, match="transposed B is packed"):
+        transposed.validate({**matmul.default_config(64, 64, 64), "pack_b": False})
+
+
+def test_only_a_transposed_a_is_packed() -> None:
+    """The untransposed space is the one logs were written in: no pack_a knob, A read in place."""
+    assert "pack_a" not in matmul.config_space(32, 32, 32).knobs
+    s, tensors = matmul.schedule(matmul.default_config(32, 32, 32), 32, 32, 32)
+    assert "A_global" not in str(tuner.lower(s, tensors))
+    cfg = matmul.default_config(32, 32, 32, trans_a=True)
+    s, tensors = matmul.schedule(cfg, 32, 32, 32, trans_a=True)
+    assert "A_global = allocate(float32[" in str(tuner.lower(s, tensors))
+
+
+def test_registered_operator_takes_the_transpose_flags() -> None:
+    op = get_operator("matmul")
+    args = op.parse_args({"M": "3", "N": "4", "K": "5", "trans_b": "true"})
+    a, b = op.make_inputs(args)
+    assert b.shape == (4, 5)
+    np.testing.assert_allclose(op.reference(a, b, **args), a @ b.T, rtol=1e-6)
+    with pytest.raises(OperatorError, match="trans_a must be a bool"):
+        op.parse_args({"M": 3, "N": 4, "K": 5, "trans_a": "maybe"})
+    with pytest.raises(OperatorError, match="M must be a positive integer"):
+        op.parse_args({"M": 0, "N": 4, "K": 5})

@@ -1,0 +1,137 @@
+"""Batched matmul ``C[b] = A[b] @ B[b]``: definition, NumPy reference, knobs, schedule.
+
+``A`` is ``[B, M, K]`` and ``B`` is ``[B, K, N]`` (``[B, N, K]`` with
+``trans_b``, attention's ``Q @ K.T``), as ``torch.bmm`` takes them. Each batch
+is matmul's GotoBLAS nest (:func:`matmul.register_blocked`), with the batch
+loop outside; the batch and the column blocks are fused into one parallel
+loop, so that a batch of small matrices still feeds every core::
+
+    for b_jo in B * N / NC:                 # parallel across cores if chosen
+      for ko in K / KC:
+        pack B[b, ko, jo] into [NC/NR][KC][NR] panels     (if pack_b)
+        for io in M / MC:
+          for jb in NC / NR:
+            for ib in MC / MR:
+              MR x NR register tile, loaded from C, += over KC, stored back
+
+Attention's matrices are small (a 128 x 64 block of B is 32 KiB), so packing
+B may cost more than it saves unless B is transposed, hence the knob.
+
+>>> space = config_space(12, 128, 128, 64)
+>>> s, tensors = schedule(default_config(12, 128, 128, 64), 12, 128, 128, 64)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tuner import te
+from tuner.schedule import Schedule
+from tuner.space import ConfigSpace
+from tuner.te import Tensor
+
+from .matmul import define_gemm_knobs, gemm_default, operand_packing, register_blocked
+
+__all__ = ["config_space", "default_config", "define", "flops", "reference", "schedule"]
+
+
+def define(
+    batch: int, M: int, N: int, K: int, dtype: str = "float32", trans_b: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The tensors ``A`` (``[B, M, K]``), ``B`` (``[B, K, N]`` or ``[B, N, K]``) and ``C``."""
+    A = te.placeholder((batch, M, K), dtype, name="A")
+    B = te.placeholder((batch, N, K) if trans_b else (batch, K, N), dtype, name="B")
+    k = te.reduce_axis(K, name="k")
+
+    def body(b: Any, i: Any, j: Any) -> te.Expr:
+        return te.sum(A[b, i, k] * (B[b, j, k] if trans_b else B[b, k, j]), axis=k)
+
+    C = te.compute((batch, M, N), body, name="C")
+    return A, B, C
+
+
+def reference(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
+    return np.matmul(a, b.transpose(0, 2, 1) if trans_b else b)
+
+
+def flops(batch: int, M: int, N: int, K: int) -> float:
+    return 2.0 * batch * M * N * K
+
+
+def config_space(
+    batch: int, M: int, N: int, K: int, vector_lanes: int = 8, trans_b: bool = False
+) -> ConfigSpace:
+    """Matmul's register tile and cache blocks, packing B, and the parallel batch loop."""
+    sp = ConfigSpace()
+    define_gemm_knobs(sp, M, N, K, vector_lanes)
+    sp.define_knob("pack_b", [True, False])
+    sp.define_knob("parallel", [True, False])
+    if trans_b:
+        sp.add_constraint(
+            lambda c: c["pack_b"], "a transposed B is packed (unpacked it is gathered)"
+        )
+    return sp.freeze()
+
+
+def default_config(batch: int, M: int, N: int, K: int) -> dict[str, Any]:
+    """Matmul's default tile and blocks, B packed, batches in parallel."""
+    return {**gemm_default(M, N, K), "pack_b": True, "parallel": True}
+
+
+def schedule(
+    cfg: Mapping[str, Any],
+    batch: int,
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float32",
+    trans_b: bool = False,
+) -> tuple[Schedule, list[Tensor]]:
+    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+    A, B, C = define(batch, M, N, K, dtype, trans_b)
+    s = te.create_schedule(C)
+    b = s[C].op.axis[0]
+    pack = operand_packing(B, trans_b, "B") if cfg["pack_b"] else None
+    loops = register_blocked(s, C, cfg, outer=(b,), pack_b=pack)
+    if cfg["parallel"]:
+        s[C].parallel(s[C].fuse(b, loops.jo))
+    return s, [A, B, C]
+
+
+def _register() -> None:
+    from . import Operator, Param, register_operator
+
+    register_operator(
+        Operator(
+            name="batch_matmul",
+            doc="C[b] = A[b] @ B[b] with A: B x M x K, B: B x K x N (torch.bmm);"
+            " trans_b takes B as B x N x K (attention's Q @ K.T)",
+            params=(
+                Param("B", int, doc="batch size"),
+                Param("M", int, doc="rows of A and C"),
+                Param("N", int, doc="columns of B and C"),
+                Param("K", int, doc="columns of A, rows of B"),
+                Param("dtype", str, "float32", ("float32", "float64")),
+                Param("trans_b", bool, False, doc="B is given as B x N x K (C = A @ B.T)"),
+            ),
+            space=lambda a: config_space(a["B"], a["M"], a["N"], a["K"], trans_b=a["trans_b"]),
+            schedule=lambda cfg, a: schedule(
+                cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"]
+            ),
+            default_config=lambda a: default_config(a["B"], a["M"], a["N"], a["K"]),
+            reference=_registry_reference,
+            flops=lambda a: flops(a["B"], a["M"], a["N"], a["K"]),
+        )
+    )
+
+
+def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
+    """``reference(*inputs, **parsed_args)`` as the registry calls it (trans_b is an arg)."""
+    a, b = arrays
+    return reference(a, b, trans_b=bool(args.get("trans_b", False)))
+
+
+_register()

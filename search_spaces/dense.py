@@ -1,0 +1,238 @@
+"""Dense (PyTorch's ``Linear``) ``Y = act(X @ W.T + bias)``: definition, reference, knobs, schedule.
+
+``X`` is ``[batch, in_features]``, ``W`` is ``[out_features, in_features]`` as
+PyTorch stores it, ``bias`` is ``[out_features]`` (if any), and the activation
+is none, relu, gelu (PyTorch's default, the erf form), sigmoid or tanh.
+
+The product ``C`` is matmul's GotoBLAS nest (:func:`matmul.register_blocked`)
+with W packed from its ``[N, K]`` rows into ``[KC][NR]`` panels; the bias and
+the activation (the epilogue) are the output stage ``Y``, and ``C`` is
+computed inside ``Y``'s loops, so each piece of ``C`` is finished and read back
+while it is still in cache. With ``epilogue_at="panel"`` (the default) that
+piece is an ``MC x NR`` panel, in L1::
+
+    for jo in N / NC:                         # parallel across cores if chosen
+      for io in M / MC:
+        for jb in NC / NR:
+          for ko in K / KC:                   # C's nest, on this MC x NR panel
+            pack W[jb, ko] into [KC][NR]
+            for ib in MC / MR:
+              MR x NR register tile += over KC
+          for ib in MC / MR:                  # the epilogue, on the same panel
+            for ir in MR:
+              for jv in NR:                   # vectorized
+                Y = act(C + bias)
+
+With ``epilogue_at="block"`` ``C`` is computed for an ``MC x NC`` block at
+``io`` (W packed as ``[NC/NR][KC][NR]`` once per ko, matmul's own order) and
+the epilogue reads the block back from L2.
+
+Why not at the register tile's store: with K split into KC blocks the tile is
+stored once per block and only the last store holds the finished sum, and the
+schedule language has no "on the last block" epilogue; computing ``C`` at
+``Y``'s tile loop instead would pack W once per tile (a cache_read can only be
+computed at a loop of a stage that reads it). Without bias and activation the
+output is the product itself, scheduled exactly like matmul.
+
+>>> space = config_space(128, 768, 3072, True, "relu")
+>>> s, tensors = schedule(default_config(128, 768, 3072), 128, 768, 3072, True, "relu")
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tuner import te
+from tuner.schedule import Schedule
+from tuner.space import ConfigSpace
+from tuner.te import Tensor
+
+from .matmul import define_gemm_knobs, gemm_default, operand_packing, register_blocked
+
+__all__ = [
+    "ACTIVATIONS",
+    "config_space",
+    "default_config",
+    "define",
+    "flops",
+    "reference",
+    "schedule",
+]
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+
+#: The epilogue's activation, on the biased product ``v``.
+_ACTIVATIONS: dict[str, Callable[[te.Expr], te.Expr]] = {
+    "none": lambda v: v,
+    "relu": lambda v: te.maximum(v, te.const(0.0)),
+    "gelu": lambda v: 0.5 * v * (1.0 + te.erf(v * _SQRT_HALF)),
+    "sigmoid": te.sigmoid,
+    "tanh": te.tanh,
+}
+ACTIVATIONS = tuple(_ACTIVATIONS)
+
+
+def _stages(
+    M: int, K: int, N: int, bias: bool, activation: str
+) -> tuple[list[Tensor], Tensor, Tensor]:
+    """The inputs, the product ``C`` and the output ``Y`` (``C`` itself with no epilogue)."""
+    X = te.placeholder((M, K), "float32", name="X")
+    W = te.placeholder((N, K), "float32", name="W")
+    inputs = [X, W]
+    k = te.reduce_axis(K, name="k")
+    plain = not bias and activation == "none"
+    C = te.compute(
+        (M, N), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name="Y" if plain else "C"
+    )
+    if plain:
+        return inputs, C, C
+    act = _ACTIVATIONS[activation]
+    if bias:
+        b = te.placeholder((N,), "float32", name="bias")
+        inputs.append(b)
+        Y = te.compute((M, N), lambda i, j: act(C[i, j] + b[j]), name="Y")
+    else:
+        Y = te.compute((M, N), lambda i, j: act(C[i, j]), name="Y")
+    return inputs, C, Y
+
+
+def define(
+    batch: int, in_features: int, out_features: int, bias: bool = True, activation: str = "none"
+) -> list[Tensor]:
+    """``X``, ``W``, ``bias`` (if any) and the output ``Y``, in PyTorch's argument order."""
+    inputs, _, Y = _stages(batch, in_features, out_features, bias, activation)
+    return [*inputs, Y]
+
+
+def reference(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, activation: str = "none"
+) -> np.ndarray:
+    y = x.astype(np.float64) @ w.T.astype(np.float64)
+    if b is not None:
+        y += b
+    if activation == "relu":
+        y = np.maximum(y, 0.0)
+    elif activation == "gelu":
+        from scipy.special import erf
+
+        y = 0.5 * y * (1.0 + erf(y * _SQRT_HALF))
+    elif activation == "sigmoid":
+        y = 1.0 / (1.0 + np.exp(-y))
+    elif activation == "tanh":
+        y = np.tanh(y)
+    return y.astype(np.float32)
+
+
+def flops(batch: int, in_features: int, out_features: int) -> float:
+    """The product's multiply-adds; the epilogue's few operations per output are not counted."""
+    return 2.0 * batch * in_features * out_features
+
+
+def config_space(
+    batch: int,
+    in_features: int,
+    out_features: int,
+    bias: bool = True,
+    activation: str = "none",
+    vector_lanes: int = 8,
+) -> ConfigSpace:
+    """Matmul's register tile and cache blocks, parallel, and where the epilogue reads C."""
+    sp = ConfigSpace()
+    define_gemm_knobs(sp, batch, out_features, in_features, vector_lanes)
+    sp.define_knob("parallel", [True, False])
+    has_epilogue = bias or activation != "none"
+    sp.define_knob("epilogue_at", ["panel", "block"] if has_epilogue else ["none"])
+    return sp.freeze()
+
+
+def default_config(
+    batch: int, in_features: int, out_features: int, bias: bool = True, activation: str = "none"
+) -> dict[str, Any]:
+    """Matmul's default tile, MC up to 144 rows (one row block for a batch of 128), panels.
+
+    In panel order W is packed once per row block, so a row block that holds
+    the whole batch packs each weight once.
+    """
+    cfg = gemm_default(batch, out_features, in_features)
+    mr = cfg["mr"]
+    fits = [t for t in (1, 2, 4, 8, 16, 24, 32) if t == 1 or t * mr <= 144]
+    cfg["mc_tiles"] = next((t for t in fits if t * mr >= batch), fits[-1])
+    has_epilogue = bias or activation != "none"
+    return {**cfg, "parallel": True, "epilogue_at": "panel" if has_epilogue else "none"}
+
+
+def schedule(
+    cfg: Mapping[str, Any],
+    batch: int,
+    in_features: int,
+    out_features: int,
+    bias: bool = True,
+    activation: str = "none",
+) -> tuple[Schedule, list[Tensor]]:
+    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+    inputs, C, Y = _stages(batch, in_features, out_features, bias, activation)
+    W = inputs[1]
+    s = te.create_schedule(Y)
+    pack = operand_packing(W, transposed=True, which="B")
+    if Y is C:
+        loops = register_blocked(s, C, cfg, pack_b=pack)
+        if cfg["parallel"]:
+            s[C].parallel(loops.jo)
+        return s, [*inputs, Y]
+    mr, nr = int(cfg["mr"]), int(cfg["nr"])
+    mc, nc = mr * int(cfg["mc_tiles"]), nr * int(cfg["nc_tiles"])
+    i, j = s[Y].op.axis
+    jo, ji = s[Y].split(j, factor=nc)
+    jb, jv = s[Y].split(ji, factor=nr)
+    io, ii = s[Y].split(i, factor=mc)
+    ib, ir = s[Y].split(ii, factor=mr)
+    s[Y].reorder(jo, io, jb, ib, ir, jv)
+    s[Y].vectorize(jv)
+    if cfg["parallel"]:
+        s[Y].parallel(jo)
+    panel = cfg["epilogue_at"] == "panel"
+    s[C].compute_at(s[Y], jb if panel else io)
+    register_blocked(s, C, cfg, pack_b=pack, nc=nr if panel else nc)
+    return s, [*inputs, Y]
+
+
+def _register() -> None:
+    from . import Operator, Param, register_operator
+
+    def arguments(a: Mapping[str, Any]) -> tuple[int, int, int, bool, str]:
+        return a["batch"], a["in_features"], a["out_features"], a["bias"], a["activation"]
+
+    register_operator(
+        Operator(
+            name="dense",
+            doc="Y = act(X @ W.T + bias) (PyTorch's Linear) with X: batch x in_features,"
+            " W: out_features x in_features; the bias and activation are fused",
+            params=(
+                Param("batch", int, doc="rows of X and Y"),
+                Param("in_features", int, doc="columns of X and W"),
+                Param("out_features", int, doc="rows of W, columns of Y"),
+                Param("bias", bool, True, doc="add a bias of out_features"),
+                Param("activation", str, "none", ACTIVATIONS, doc="applied after the bias"),
+            ),
+            space=lambda a: config_space(*arguments(a)),
+            schedule=lambda cfg, a: schedule(cfg, *arguments(a)),
+            default_config=lambda a: default_config(*arguments(a)),
+            reference=_registry_reference,
+            flops=lambda a: flops(a["batch"], a["in_features"], a["out_features"]),
+        )
+    )
+
+
+def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
+    """``reference(*inputs, **parsed_args)`` as the registry calls it (the activation is an arg)."""
+    if "activation" not in args:
+        raise TypeError("the dense reference needs the operator's arguments as keywords")
+    x, w, *bias = arrays
+    return reference(x, w, bias[0] if bias else None, activation=args["activation"])
+
+
+_register()

@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tuner
+from search_spaces import OperatorError, dense, get_operator
+from tuner.lower.ir import Alloc, For, If, Seq, Stmt, Store
+
+
+def check(cfg, m: int, k: int, n: int, bias: bool, activation: str) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    s, tensors = dense.schedule(cfg, m, k, n, bias, activation)
+    out = np.full((m, n), 7, np.float32)
+    inputs = [x, w, b] if bias else [x, w]
+    tuner.build(s, tensors)(*inputs, out)
+    expected = dense.reference(*inputs, activation=activation)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def default(m: int, k: int, n: int, bias: bool, activation: str):  # type: ignore[no-untyped-def]
+    space = dense.config_space(m, k, n, bias, activation)
+    return space.validate(dense.default_config(m, k, n, bias, activation))
+
+
+@pytest.mark.parametrize(
+    "bias, activation",
+    [(True, "relu"), (True, "gelu"), (False, "sigmoid"), (True, "tanh"), (True, "none")],
+)
+def test_each_activation_matches_pytorch_semantics(bias: bool, activation: str) -> None:
+    """Awkward extents: 7 rows, 33 inputs and 45 outputs divide no tile."""
+    check(default(7, 33, 45, bias, activation), 7, 33, 45, bias, activation)
+
+
+def test_without_epilogue_it_is_the_plain_product() -> None:
+    cfg = default(5, 70, 40, False, "none")
+    assert cfg["epilogue_at"] == "none"
+    check(cfg, 5, 70, 40, False, "none")
+
+
+def test_epilogue_on_the_cached_block() -> None:
+    cfg = dense.config_space(13, 33, 45, True, "relu").validate(
+        {**dense.default_config(13, 33, 45, True, "relu"), "epilogue_at": "block", "kc": 32}
+    )
+    check(cfg, 13, 33, 45, True, "relu")
+
+
+def _stores(s: Stmt) -> list[str]:
+    if isinstance(s, Store):
+        return [s.buffer]
+    if isinstance(s, For | Alloc):
+        return _stores(s.body)
+    if isinstance(s, Seq):
+        return [b for c in s.body for b in _stores(c)]
+    if isinstance(s, If):
+        return _stores(s.then) + (_stores(s.orelse) if s.orelse is not None else [])
+    return []
+
+
+def _top_loops(s: Stmt) -> list[For]:
+    if isinstance(s, For):
+        return [s]
+    if isinstance(s, Alloc):
+        return _top_loops(s.body)
+    if isinstance(s, Seq):
+        return [f for c in s.body for f in _top_loops(c)]
+    return []
+
+
+@pytest.mark.parametrize("epilogue_at", ["panel", "block"])
+def test_the_epilogue_is_fused_not_a_second_pass(epilogue_at: str) -> None:
+    """Cheap (no compile): one parallel loop nest computes C and applies the epilogue.
+
+    Each W panel is packed once per row block: the panel order packs only the
+    KC x NR slice its register tiles read.
+    """
+    m, k, n = 128, 768, 3072
+    cfg = {**default(m, k, n, True, "relu"), "epilogue_at": epilogue_at}
+    s, tensors = dense.schedule(cfg, m, k, n, True, "relu")
+    func = tuner.lower(s, tensors)
+    (nest,) = _top_loops(func.body)
+    assert nest.kind == "parallel"
+    assert {"C", "C_local", "W_global", "Y"} <= set(_stores(nest))
+    text = str(func)
+    nr, kc = cfg["nr"], cfg["kc"]
+    width = nr if epilogue_at == "panel" else nr * cfg["nc_tiles"]
+    assert f"W_global = allocate(float32[{width // nr}, {kc}, {nr}]" in text
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (1, 5, 3), (7, 33, 45), (128, 768, 3072)])
+@pytest.mark.parametrize("bias, activation", [(True, "relu"), (False, "none"), (False, "gelu")])
+def test_default_config_is_valid_for_any_shape(
+    m: int, k: int, n: int, bias: bool, activation: str
+) -> None:
+    default(m, k, n, bias, activation)
+
+
+def test_default_holds_a_batch_of_128_in_one_row_block() -> None:
+    cfg = dense.default_config(128, 768, 3072, True, "relu")
+    assert cfg["mr"] * cfg["mc_tiles"] >= 128 and cfg["epilogue_at"] == "panel"
+    assert 128 % cfg["mr"] == 0 and 3072 % cfg["nr"] == 0, "no edge tiles at the suite's shape"
+
+
+def test_random_legal_configs_lower() -> None:
+    """Cheap (no compile): the constraints admit only schedules that lower."""
+    rng = np.random.default_rng(0)
+    for m, k, n, bias, act in [
+        (1, 1, 1, True, "relu"),
+        (7, 33, 45, False, "tanh"),
+        (9, 300, 64, False, "none"),
+    ]:
+        space = dense.config_space(m, k, n, bias, act)
+        for cfg in space.sample_many(rng, 15):
+            s, tensors = dense.schedule(cfg, m, k, n, bias, act)
+            tuner.lower(s, tensors)
+
+
+@given(
+    st.sampled_from([1, 6, 13]),
+    st.sampled_from([1, 33, 64]),
+    st.sampled_from([1, 17, 48]),
+    st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_random_configs_match_numpy_on_awkward_shapes(m: int, k: int, n: int, seed: int) -> None:
+    space = dense.config_space(m, k, n, True, "relu")
+    check(space.sample(np.random.default_rng(seed)), m, k, n, True, "relu")
+
+
+def test_registered_operator_validates_its_arguments() -> None:
+    op = get_operator("dense")
+    args = op.parse_args(
+        {"batch": "4", "in_features": "6", "out_features": "5", "activation": "gelu"}
+    )
+    assert args["bias"] is True
+    x, w, b = op.make_inputs(args)
+    assert (x.shape, w.shape, b.shape) == ((4, 6), (5, 6), (5,))
+    np.testing.assert_allclose(
+        op.reference(x, w, b, **args), dense.reference(x, w, b, "gelu"), rtol=1e-6
+    )
+    with pytest.raises(TypeError, match="arguments as keywords"):
+        op.reference(x, w, b)
+    with pytest.raises(OperatorError, match="activation must be one of none, relu, gelu"):
+        op.parse_args({"batch": 4, "in_features": 6, "out_features": 5, "activation": "swish"})
+    with pytest.raises(OperatorError, match="in_features must be a positive integer"):
+        op.parse_args({"batch": 4, "in_features": 0, "out_features": 5})
+
+
+def test_reference_gelu_is_the_erf_form() -> None:
+    x = np.array([[-3.0, -1.0, 0.0, 0.5, 2.0]], np.float32)
+    eye = np.eye(5, dtype=np.float32)
+    expected = [-0.00404969, -0.15865525, 0.0, 0.34573123, 1.95449974]
+    np.testing.assert_allclose(dense.reference(x, eye, None, "gelu")[0], expected, rtol=1e-5)
