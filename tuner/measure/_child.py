@@ -110,6 +110,13 @@ def runner_main(conn: Connection, threads: int, plugins: tuple[str, ...] = ()) -
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     _import_plugins(plugins)
+    # Import what every candidate needs before saying so: the run timeout starts after.
+    import numba  # noqa: F401
+    import search_spaces  # noqa: F401
+
+    from ..codegen import build  # noqa: F401
+
+    conn.send("ready")
     refs: dict[str, Any] = {}
     while True:
         try:

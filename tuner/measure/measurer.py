@@ -18,6 +18,10 @@ from ._types import Candidate, MeasureOptions, MeasureResult
 _CTX = multiprocessing.get_context("spawn")
 
 
+#: Seconds a fresh runner process may take to import what it needs.
+_STARTUP_TIMEOUT = 120.0
+
+
 class _Runner:
     """One runner process; killed and replaced when a candidate hangs or crashes it."""
 
@@ -36,6 +40,12 @@ class _Runner:
         child.close()
         self.conn = parent
 
+    def _recv(self) -> Any:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
     def stop(self) -> None:
         if self.proc is not None:
             self.conn.close()
@@ -48,6 +58,14 @@ class _Runner:
     def run(self, c: Candidate, opts: MeasureOptions) -> dict[str, Any]:
         if self.proc is None or not self.proc.is_alive():
             self._start()
+            # Starting Python and importing Numba takes seconds on a loaded machine:
+            # it is not the candidate's time, so it gets its own, generous limit.
+            if not self.conn.poll(_STARTUP_TIMEOUT) or self._recv() != "ready":
+                self.stop()
+                return {
+                    "kind": ErrorKind.RUNTIME_ERROR.value,
+                    "msg": f"the runner process did not start within {_STARTUP_TIMEOUT:g} s",
+                }
         self.conn.send((c, opts))
         if not self.conn.poll(opts.run_timeout):
             self.proc.kill()
