@@ -112,6 +112,7 @@ def runner_main(conn: Connection, threads: int, plugins: tuple[str, ...] = ()) -
     _import_plugins(plugins)
     # Import what every candidate needs before saying so: the run timeout starts after.
     import numba  # noqa: F401
+
     import search_spaces  # noqa: F401
 
     from ..codegen import build  # noqa: F401
