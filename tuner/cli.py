@@ -231,7 +231,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="stop after N trials without improvement",
     )
-    p.add_argument("--storage", default=None, help="Optuna storage URL (Optuna strategies only)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna storage URL (e.g. sqlite:///tune.db): keeps the study of every trial, one per workload and target",
+    )
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser(

@@ -37,7 +37,7 @@ class TuneOptions:
     early_stopping: int | None = None  # stop after this many trials without improvement
     target: str = "cpu"
     threads: int | None = None
-    storage: str | None = None  # an Optuna storage URL, for the Optuna samplers
+    storage: str | None = None  # an Optuna storage URL, holding the study of every trial
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
@@ -91,9 +91,20 @@ def tune(
     space = op.space(args)
     if replay is not None:
         space = space.restricted(replay.keys, "measured in the replayed log")
-    extra = {"storage": opts.storage} if opts.storage else {}
+    # One study per workload and target in a storage, whichever strategy runs it.
+    extra = (
+        {"storage": opts.storage, "study_name": f"{workload.key} on {target.kind}"}
+        if opts.storage
+        else {}
+    )
     strategy = get_strategy(
-        opts.strategy, space, seed=opts.seed, workload=workload, target=target, **extra
+        opts.strategy,
+        space,
+        seed=opts.seed,
+        workload=workload,
+        target=target,
+        features=_featurizer(op, args, space),
+        **extra,
     )
 
     prior = load(opts.log, workload=workload, target_kind=target.kind) if opts.log.exists() else []

@@ -40,6 +40,92 @@ class GridSearch(Strategy):
         return out
 
 
+class KnobStudy:
+    """An Optuna study over a space's knob indices, holding every trial a strategy runs.
+
+    Samplers ``ask`` it for points; other strategies (``xgb``) ``enqueue`` the
+    configs they chose, so every strategy's trials live in one study, in
+    memory or in an Optuna storage (``--storage sqlite:///tune.db``). A named
+    study in a storage is loaded when it exists: its completed trials are not
+    added again when the tuning log replays them (``tell`` of a config it
+    already holds is a no-op).
+    """
+
+    def __init__(
+        self,
+        space: ConfigSpace,
+        sampler: Any,
+        storage: str | None = None,
+        study_name: str | None = None,
+    ):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        self.choices = space.choices()
+        self.distributions: dict[str, optuna.distributions.BaseDistribution] = {
+            k: optuna.distributions.IntDistribution(0, len(v) - 1) for k, v in self.choices.items()
+        }
+        self.study = optuna.create_study(
+            direction="minimize",
+            sampler=sampler,
+            storage=storage,
+            study_name=study_name,
+            load_if_exists=study_name is not None,
+        )
+        self._pending: dict[str, Any] = {}
+        self._done: set[str] = set()
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state.is_finished() and set(t.params) == set(self.choices):
+                self._done.add(self._key(t.params))
+
+    def _key(self, indices: dict[str, int]) -> str:
+        return self.space.from_indices(indices).key
+
+    def indices(self, cfg: Config) -> dict[str, int]:
+        return {name: self.choices[name].index(_json(cfg[name])) for name in self.choices}
+
+    def ask(self) -> tuple[Any, Config]:
+        """A trial of the study's sampler and the config its knob indices name."""
+        trial = self.study.ask()
+        idx = {k: trial.suggest_int(k, 0, len(v) - 1) for k, v in self.choices.items()}
+        return trial, self.space.from_indices(idx)
+
+    def reject(self, trial: Any) -> None:
+        """Tell the sampler a point of no use (invalid or measured), so that it moves on."""
+        import optuna
+
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    def hold(self, trial: Any, cfg: Config) -> None:
+        """Keep ``trial`` open until ``cfg`` is measured."""
+        self._pending[cfg.key] = trial
+
+    def enqueue(self, cfg: Config) -> None:
+        """Open a trial for a config chosen outside the sampler."""
+        self.study.enqueue_trial(self.indices(cfg))
+        self.hold(self.study.ask(self.distributions), cfg)
+
+    def tell(self, cfg: Config, seconds: float) -> None:
+        """Close ``cfg``'s open trial, or add a completed one for a config measured before."""
+        import optuna
+
+        value = seconds if math.isfinite(seconds) else None
+        trial = self._pending.pop(cfg.key, None)
+        if trial is not None:
+            if value is None:
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                self.study.tell(trial, value)
+        elif value is not None and cfg.key not in self._done:
+            self.study.add_trial(
+                optuna.trial.create_trial(
+                    params=self.indices(cfg), distributions=self.distributions, value=value
+                )
+            )
+        self._done.add(cfg.key)
+
+
 class OptunaSearch(Strategy):
     """One of Optuna's samplers, driven through ask/tell over knob indices."""
 
@@ -55,67 +141,46 @@ class OptunaSearch(Strategy):
         **options: Any,
     ):
         super().__init__(space, seed)
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.name = sampler
-        self._choices = space.choices()
-        self.study = optuna.create_study(
-            direction="minimize",
-            sampler=_sampler(sampler, seed),
-            storage=storage,
-            study_name=study_name,
-            load_if_exists=study_name is not None,
-        )
-        self._pending: dict[str, Any] = {}
+        self.study = KnobStudy(space, _sampler(sampler, seed), storage, study_name)
 
-    def _indices(self, cfg: Config) -> dict[str, int]:
-        return {name: self._choices[name].index(_json(cfg[name])) for name in self._choices}
+    #: Rejected asks in a row after which the rest of a batch is drawn at random.
+    max_misses = 16
 
     def propose(self, n: int, exclude: set[str]) -> list[Config]:
-        import optuna
+        """The sampler's points; when it keeps naming invalid or measured ones, random ones.
 
+        A sampler over knob indices knows neither the constraints nor what
+        is left in a nearly exhausted (or replayed) space: after
+        ``max_misses`` rejections in a row, the rest of the batch is drawn
+        uniformly from the valid unmeasured configs and enqueued in the study.
+        """
         out: list[Config] = []
-        tries = 0
-        while len(out) < n and tries < 50 * n:
-            tries += 1
-            trial = self.study.ask()
-            idx = {k: trial.suggest_int(k, 0, len(v) - 1) for k, v in self._choices.items()}
-            cfg = self.space.from_indices(idx)
+        misses = 0
+        while len(out) < n and misses < self.max_misses:
+            trial, cfg = self.study.ask()
             if (
                 not self.space.is_valid(cfg)
                 or cfg.key in exclude
                 or any(c.key == cfg.key for c in out)
             ):
-                # Tell the sampler this point is no use, so that it moves on.
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                self.study.reject(trial)
+                misses += 1
                 continue
-            self._pending[cfg.key] = trial
+            misses = 0
+            self.study.hold(trial, cfg)
             out.append(cfg)
+        if len(out) < n:
+            taken = exclude | {c.key for c in out}
+            for cfg in self.space.sample_many(self.rng, n - len(out), exclude=taken):
+                self.study.enqueue(cfg)
+                out.append(cfg)
         return out
 
     def observe(self, observations: Sequence[Observation]) -> None:
-        import optuna
-
         super().observe(observations)
         for cfg, seconds in observations:
-            trial = self._pending.pop(cfg.key, None)
-            value = seconds if math.isfinite(seconds) else None
-            if trial is not None:
-                if value is None:
-                    self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                else:
-                    self.study.tell(trial, value)
-            elif value is not None:  # measured before (a resumed log): teach the sampler
-                dists: dict[str, optuna.distributions.BaseDistribution] = {
-                    k: optuna.distributions.IntDistribution(0, len(v) - 1)
-                    for k, v in self._choices.items()
-                }
-                self.study.add_trial(
-                    optuna.trial.create_trial(
-                        params=self._indices(cfg), distributions=dists, value=value
-                    )
-                )
+            self.study.tell(cfg, seconds)
 
 
 def _json(value: Any) -> Any:

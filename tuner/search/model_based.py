@@ -3,7 +3,9 @@
 Each batch: a pool of unmeasured valid configs (random ones, plus mutations
 of the best measured so far), evolved for a few rounds on the model's
 predictions; the best-predicted are proposed, with a share of random pool
-members kept for exploration. The model refits on every observation.
+members kept for exploration. The model refits on every observation. Proposals are enqueued trials of an
+Optuna study (``KnobStudy``), so ``--storage`` keeps them as it does for the
+Optuna samplers.
 """
 
 from __future__ import annotations
@@ -34,11 +36,19 @@ class ModelBasedSearch(Strategy):
         explore: float = 0.25,
         rounds: int = 2,
         min_observations: int = 8,
+        storage: str | None = None,
+        study_name: str | None = None,
         **options: Any,
     ):
         super().__init__(space, seed)
+        import optuna
+
         from cost_models import get_cost_model
 
+        from .builtin import KnobStudy
+
+        #: Every proposal is an enqueued trial of this study (its sampler is never asked).
+        self.study = KnobStudy(space, optuna.samplers.RandomSampler(seed=seed), storage, study_name)
         self.name = model
         self.model = get_cost_model(model, seed=seed)
         self.featurize = features or space.encode
@@ -55,6 +65,8 @@ class ModelBasedSearch(Strategy):
 
     def observe(self, observations: Sequence[Observation]) -> None:
         super().observe(observations)
+        for cfg, seconds in observations:
+            self.study.tell(cfg, seconds)
         if len(self.history) < self.min_observations:
             return
         x = np.stack([self._feat(c) for c, _ in self.history])
@@ -70,6 +82,12 @@ class ModelBasedSearch(Strategy):
         return self._scores.get(config.key)
 
     def propose(self, n: int, exclude: set[str]) -> list[Config]:
+        chosen = self._choose(n, exclude)
+        for cfg in chosen:
+            self.study.enqueue(cfg)
+        return chosen
+
+    def _choose(self, n: int, exclude: set[str]) -> list[Config]:
         if n <= 0:
             return []
         if not self.model.is_fitted:

@@ -23,6 +23,8 @@ from ._knobs import JsonValue, json_value
 __all__ = ["ConfigSpace"]
 
 _MAX_TRIES = 10_000
+#: Spaces with at most this many points (before constraints) are listed once for sampling.
+_LIST_BELOW = 50_000
 
 
 class ConfigSpace(Declaration):
@@ -176,11 +178,18 @@ class ConfigSpace(Declaration):
     ) -> list[Config]:
         """Up to ``n`` distinct valid configs whose keys are not in ``exclude``.
 
-        Each is uniform among the valid configs not yet taken. Fewer than ``n``
-        come back only when ``max_tries`` draws in a row found nothing new,
-        that is when the space is (nearly) exhausted.
+        Each is uniform among the valid configs not yet taken. Small spaces
+        are listed once and drawn from without replacement, so fewer than
+        ``n`` means that no other valid config exists; large ones are drawn by
+        rejection, and fewer than ``n`` come back when ``max_tries`` draws in
+        a row found nothing new.
         """
         self.freeze()
+        listed = self._listed()
+        if listed is not None:
+            free = [c for c in listed if c.key not in exclude]
+            picks = rng.permutation(len(free))[:n] if free else []
+            return [free[int(i)] for i in picks]
         found: dict[str, Config] = {}
         misses = 0
         while len(found) < n and misses < max_tries:
@@ -231,6 +240,16 @@ class ConfigSpace(Declaration):
 
     # Internals -----------------------------------------------------------------------------
 
+    def _listed(self) -> list[Config] | None:
+        """Every valid config, listed once, when the space is small enough; else None."""
+        if self.size > _LIST_BELOW:
+            return None
+        cached: list[Config] | None = self.__dict__.get("_valid_configs")
+        if cached is None:
+            cached = list(self.enumerate())
+            self.__dict__["_valid_configs"] = cached
+        return cached
+
     def _draw(self, rng: np.random.Generator) -> Config:
         sizes = [knob.size for knob in self._knobs.values()]
         return self._at(rng.integers(0, sizes, size=len(sizes)).tolist())
@@ -265,6 +284,9 @@ class _Restricted(ConfigSpace):
     def __init__(self, members: list[Config]):
         super().__init__()
         self._members = members
+
+    def _listed(self) -> list[Config] | None:
+        return self._members
 
     def _draw(self, rng: np.random.Generator) -> Config:
         if not self._members:
