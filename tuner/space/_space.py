@@ -188,7 +188,7 @@ class ConfigSpace(Declaration):
         listed = self._listed()
         if listed is not None:
             free = [c for c in listed if c.key not in exclude]
-            picks = rng.permutation(len(free))[:n] if free else []
+            picks = rng.permutation(len(free))[:n]
             return [free[int(i)] for i in picks]
         found: dict[str, Config] = {}
         misses = 0
