@@ -15,9 +15,10 @@ damage: a ``tile_j x tile_i`` block of ``Y`` reads ``tile_i`` short rows of
           for ii in tile_i:                 #   (contiguous stores)
             Y[jo*tile_j + ji, io*tile_i + ii] = X[io*tile_i + ii, jo*tile_j + ji]
 
-``inner="read"`` swaps ``ji`` and ``ii`` (contiguous loads, strided stores).
-``unroll`` unrolls the innermost tile loop so that LLVM's SLP vectorizer may
-turn the block into register shuffles.
+``inner="read"`` (the default for a matrix) swaps ``ji`` and ``ii``: contiguous
+loads, strided stores. ``unroll`` writes the innermost tile loop out, so that
+LLVM vectorizes the loop around it instead (one strided side stays scalar
+either way). ``pack`` copies the source tile into a stack buffer first.
 
 ``nchw_to_nhwc N C H W``: ``Y[n, h, w, c] = X[n, c, h, w]``, PyTorch's
 ``x.permute(0, 2, 3, 1).contiguous()``: for each ``(n, h)`` a ``C x W`` matrix
@@ -49,6 +50,7 @@ from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
 __all__ = [
+    "default_nchw_to_nhwc",
     "default_pad",
     "default_transpose",
     "define_nchw_to_nhwc",
@@ -107,13 +109,38 @@ def transpose_space(rows: int, cols: int, vector_lanes: int = 8) -> ConfigSpace:
 
 
 def default_transpose(rows: int, cols: int) -> dict[str, Any]:
-    """32 x 32 tiles with contiguous stores, parallel over column blocks."""
+    """32 x 32 tiles with contiguous loads, parallel over column blocks.
+
+    Measured on one (busy) thread, CPU time: a 4096 x 4096 transpose took 17 ms
+    with contiguous loads (``inner="read"``) and 53 ms with contiguous stores (its
+    32 source rows, 16 KiB apart, share one set of the 8-way L1), NumPy's
+    ``np.copyto(out, x.T)`` 137 ms; 3000 x 2000: 7.4 ms, 8.7 ms and 29 ms.
+    """
     return {
         "tile_i": next(t for t in (32, 16, 8) if t <= max(rows, 8)),
         "tile_j": next(t for t in (32, 16, 8) if t <= max(cols, 8)),
-        "inner": "write",
+        "inner": "read",
         "pack": False,
         "unroll": False,
+        "parallel": True,
+    }
+
+
+def default_nchw_to_nhwc(C: int, W: int) -> dict[str, Any]:
+    """All channels (up to 64) by 8 columns, the 8 columns unrolled, parallel over ``n*h``.
+
+    For 8 x 64 x 56 x 56 on one (busy) thread, CPU time: 1.6 ms, NumPy's
+    ``np.copyto(out, x.transpose(0, 2, 3, 1))`` 1.6 ms, 32 x 32 tiles 1.9 to
+    2.2 ms. One side of the copy stays scalar (a gather or a scatter of single
+    floats): beating NumPy by more needs an in-register 8 x 8 transpose
+    (shuffles), which the schedule language cannot express.
+    """
+    return {
+        "tile_i": next(t for t in (64, 32, 16, 8) if t <= max(C, 8)),
+        "tile_j": 8,
+        "inner": "read",
+        "pack": False,
+        "unroll": True,
         "parallel": True,
     }
 
@@ -266,7 +293,7 @@ def _register() -> None:
             params=nchw,
             space=lambda a: transpose_space(a["C"], a["W"]),
             schedule=lambda cfg, a: schedule_nchw_to_nhwc(cfg, a["N"], a["C"], a["H"], a["W"]),
-            default_config=lambda a: default_transpose(a["C"], a["W"]),
+            default_config=lambda a: default_nchw_to_nhwc(a["C"], a["W"]),
             reference=lambda x, **_: np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
             flops=lambda a: 0.0,
             bytes_moved=lambda a: 8.0 * a["N"] * a["C"] * a["H"] * a["W"],

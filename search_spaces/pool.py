@@ -222,12 +222,20 @@ def config_space(kind: str, args: Mapping[str, Any], vector_lanes: int = 8) -> C
 
 
 def default_config(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Padded rows, window loops outside vectorized output columns, parallel planes."""
-    _, Wo = out_size(args)
+    """Padded rows, whole output rows, the window innermost, parallel planes.
+
+    With the window innermost LLVM unrolls it and vectorizes the output-column
+    loop around it (strided loads, ``vmaxps``); with the window outside, the
+    update of a stored max became a masked store (``vmaskmovps``), and a short
+    column split is fully unrolled into scalar code. Measured for the 112 x 112,
+    3 x 3 stride-2 max pool on one (busy) thread: 0.4 to 0.5 ms against 0.9 to
+    3.6 ms for the window outside, and NumPy's nine strided ``np.maximum``
+    calls at 1.4 ms.
+    """
     return {
         "pad_at": "rows" if int(args["pad"]) else "inline",
-        "window_outer": True,
-        "ow_split": next(f for f in (32, 16, 8) if f <= max(Wo, 8)),
+        "window_outer": False,
+        "ow_split": 0,
         "local": False,
         "unroll_window": False,
         "parallel": True,

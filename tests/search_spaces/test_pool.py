@@ -122,7 +122,7 @@ def test_global_avg_pool_default_and_random_configs() -> None:
         space = pool.global_config_space(*shape)
         x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
         cfgs = [space.validate(pool.global_default_config(*shape))]
-        cfgs += [space.sample(np.random.default_rng(seed)) for seed in range(2)]
+        cfgs.append(space.sample(np.random.default_rng(7)))
         for cfg in cfgs:
             s, tensors = pool.global_schedule(cfg, *shape)
             out = np.full((shape[0], shape[1], 1, 1), 12345, np.float32)
