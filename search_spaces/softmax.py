@@ -10,7 +10,8 @@ Both are the numerically stable forms::
 
 They are memory-bound, so the fast schedule works on each row while it is in
 cache (``reductions_at_row``, the default): inside one row loop of ``Y``, the
-max, the exp, the sum (and the log), then the output::
+max, the exp, the sum (and the log), then the output (shown with the exp
+stored; the default recomputes it in the sum and the output instead)::
 
     for io in M / rows_per_task:               # parallel across cores if chosen
       for ii in rows_per_task:                 # row i
@@ -27,7 +28,9 @@ reassociation without fast-math), 3 to 4 cycles per element. Reducing into
 ``lanes`` does not divide) makes the chains independent; the partials are
 combined once per row. With ``exp_inline`` the exp is recomputed where it is
 read instead of stored (softmax: in the sum and the output; log-softmax reads
-it once, in the sum). Without ``reductions_at_row`` every stage is its own
+it once, in the sum): a stored exp is a full-size buffer (lowering sizes
+stages by tensor, not by the row they are computed at), and the memory
+traffic it costs is more than a second exp. Without ``reductions_at_row`` every stage is its own
 pass over the matrix (parallel over rows if chosen), the shape NumPy is
 limited to.
 
@@ -99,16 +102,33 @@ def lane_reduce(
 
 
 class _Stages:
-    """The tensors of one (log-)softmax, in dependency order."""
+    """The tensors of one (log-)softmax, in dependency order.
 
-    def __init__(self, M: int, N: int, lanes: int, log: bool, dtype: str = "float32"):
+    With ``stored_exp`` the exp is a stage of its own; without, the sum and
+    the output compute ``exp(X - X_max)`` themselves, so they read the max
+    directly and it can sit at their row (an inlined stage would hide it).
+    """
+
+    def __init__(
+        self, M: int, N: int, lanes: int, log: bool, stored_exp: bool, dtype: str = "float32"
+    ):
         X = te.placeholder((M, N), dtype, name="X")
         self.X = X
         self.max_part, self.max = lane_reduce("max", lambda i, j: X[i, j], M, N, lanes, "X_max")
         X_max = self.max
-        self.exp = te.compute((M, N), lambda i, j: te.exp(X[i, j] - X_max[i]), name="X_exp")
-        X_exp = self.exp
-        self.sum_part, self.sum = lane_reduce("sum", lambda i, j: X_exp[i, j], M, N, lanes, "X_sum")
+
+        def exp(i: Any, j: Any) -> Expr:
+            return te.exp(X[i, j] - X_max[i])
+
+        self.exp: Tensor | None = None
+        if stored_exp:
+            X_exp = te.compute((M, N), exp, name="X_exp")
+            self.exp = X_exp
+
+            def exp(i: Any, j: Any) -> Expr:
+                return X_exp[i, j]
+
+        self.sum_part, self.sum = lane_reduce("sum", exp, M, N, lanes, "X_sum")
         X_sum = self.sum
         self.lse: Tensor | None = None
         if log:
@@ -116,16 +136,15 @@ class _Stages:
             self.lse = lse
             self.Y = te.compute((M, N), lambda i, j: X[i, j] - lse[i], name="Y")
         else:
-            self.Y = te.compute(
-                (M, N), lambda i, j: X_exp[i, j] * (te.const(1.0, dtype) / X_sum[i]), name="Y"
-            )
+            one = te.const(1.0, dtype)
+            self.Y = te.compute((M, N), lambda i, j: exp(i, j) * (one / X_sum[i]), name="Y")
 
 
 def define(
     M: int, N: int, dtype: str = "float32", lanes: int = 1, log: bool = False
 ) -> tuple[Tensor, Tensor]:
     """The input ``X`` and the output ``Y`` (log-softmax with ``log``)."""
-    st = _Stages(M, N, lanes, log, dtype)
+    st = _Stages(M, N, lanes, log, True, dtype)
     return st.X, st.Y
 
 
@@ -168,18 +187,21 @@ def config_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
 
 
 def default_config(M: int, N: int) -> dict[str, Any]:
-    """Per row: 16-lane max, stored exp, 16-lane sum, output; parallel tasks of a few rows.
+    """Per row: 16-lane max, then the exp inside a 16-lane sum and the output; parallel tasks.
 
-    Tasks of 4, 2 or 1 rows, whichever divides M (a partial last task costs a
-    guarded copy of the loop nest for no speed); 16 lanes (two vectors of
-    independent partials) where the row is that long.
+    Recomputing the exp beat storing it (softmax 4096 x 1024, one process,
+    interleaved, a loaded machine: 46 against 64 ms on one thread, 33 against
+    42 on two; NumPy 78): the stored exp is a full-size buffer, so it costs
+    memory traffic, which is what bounds this operator. Tasks of 4, 2 or 1
+    rows, whichever divides M (a partial last task costs a guarded copy of
+    the loop nest for no speed); 16 lanes where the row is that long.
     """
     return {
         "rows_per_task": next(r for r in (4, 2, 1) if M % r == 0),
         "parallel": True,
         "col_split": 32 if N >= 32 else 8,
         "lanes": next(n for n in (16, 8, 4, 1) if n <= N),
-        "exp_inline": False,
+        "exp_inline": True,
         "reductions_at_row": True,
     }
 
@@ -237,29 +259,25 @@ def schedule(
 
     With ``reductions_at_row`` the stages are computed at the row loop of a
     stage that reads them, nested so that every stage is read only inside
-    the loop it is computed at (as lowering requires). Softmax: the exp and
-    the sum at the output's row, the max at the exp's row; an inlined exp is
-    read by the sum and the output, so the max it reads stays a root pass.
-    Log-softmax: the log-sum at the output's row, the max and the sum at its
-    row, the stored exp at the row of the sum's partials.
+    the loop it is computed at (as lowering requires). Softmax: the max (at
+    the stored exp's row, or at the output's row), the exp and the sum at
+    the output's row. Log-softmax: the log-sum at the output's row, the max
+    and the sum at its row, a stored exp at the row of the sum's partials.
     """
-    lanes = int(cfg["lanes"])
-    st = _Stages(M, N, lanes, log, dtype)
+    st = _Stages(M, N, int(cfg["lanes"]), log, not cfg["exp_inline"], dtype)
     s = te.create_schedule(st.Y)
-    stored = not cfg["exp_inline"]
-    if not stored:
-        s[st.exp].compute_inline()
     attach: list[tuple[Tensor, Tensor | None]]
     if st.lse is None:
-        attach = [(st.max, st.exp if stored else None)]
-        attach += [(st.exp, st.Y)] if stored else []
+        attach = [(st.max, st.Y if st.exp is None else st.exp)]
+        attach += [] if st.exp is None else [(st.exp, st.Y)]
         attach += [(st.sum, st.Y)]
     else:
         attach = [(st.max, st.lse)]
-        attach += [(st.exp, st.sum_part)] if stored else []
+        attach += [] if st.exp is None else [(st.exp, st.sum_part)]
         attach += [(st.sum, st.lse), (st.lse, st.Y)]
     attach += [(st.max_part, st.max), (st.sum_part, st.sum)]
-    row_schedule(s, cfg, st.Y, attach, [st.max_part, st.sum_part], [st.exp] if stored else [])
+    vector = [] if st.exp is None else [st.exp]
+    row_schedule(s, cfg, st.Y, attach, [st.max_part, st.sum_part], vector)
     return s, [st.X, st.Y]
 
 
