@@ -27,9 +27,21 @@ The register constraint keeps the tile within 12 vector registers. A bias or a
 relu makes the convolution a stage computed inside the output's row (and
 channel block) loop, so the epilogue reads a tile that is still in cache.
 
-``depthwise_conv2d`` has no reduction over channels: each channel's plane is
-padded into cache (``pad_at=channel``) and swept by an OHR x OWR register tile
-of columns.
+``depthwise_conv2d`` has no reduction over channels, so no register tile
+reuses an input across channels. Its nest sweeps each channel's output in
+OHR x OWR tiles, the window taps outside the tile's rows and columns::
+
+    for plane in N * C:                     # parallel
+      for oho, owo:
+        for r, s:                           # unrolled s if unroll_window
+          for ohi, owi:                     # owi the SIMD axis
+            Y[n, c, oh, ow] += Xp[n, c, oh*stride + r*dil, ow*stride + s*dil] * W[c, 0, r, s]
+
+accumulating in the output row while it is in cache (``registers=False``:
+LLVM's loop vectorizer, which handles rows of any width), or in a register tile
+(``registers=True``: the SLP vectorizer over constant tiles). The padded input
+is copied once (``pad_at=root``), per channel plane just before its use
+(``channel``), or inlined as a conditional load.
 
 >>> p = Conv2d.from_args({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3})
 >>> s, tensors = schedule(default_config(p), p)
