@@ -49,6 +49,8 @@ from tuner.schedule import AxisRef, Schedule, StageRef
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
+from .reduce import PARALLEL_MIN_BYTES
+
 __all__ = [
     "default_nchw_to_nhwc",
     "default_pad",
@@ -122,11 +124,11 @@ def default_transpose(rows: int, cols: int) -> dict[str, Any]:
         "inner": "read",
         "pack": False,
         "unroll": False,
-        "parallel": True,
+        "parallel": 8.0 * rows * cols >= PARALLEL_MIN_BYTES,
     }
 
 
-def default_nchw_to_nhwc(C: int, W: int) -> dict[str, Any]:
+def default_nchw_to_nhwc(N: int, C: int, H: int, W: int) -> dict[str, Any]:
     """All channels (up to 64) by 8 columns, the 8 columns unrolled, parallel over ``n*h``.
 
     For 8 x 64 x 56 x 56 on one (busy) thread, CPU time: 1.6 ms, NumPy's
@@ -141,7 +143,7 @@ def default_nchw_to_nhwc(C: int, W: int) -> dict[str, Any]:
         "inner": "read",
         "pack": False,
         "unroll": True,
-        "parallel": True,
+        "parallel": 8.0 * N * C * H * W >= PARALLEL_MIN_BYTES,
     }
 
 
@@ -224,6 +226,10 @@ def numpy_pad(x: np.ndarray, out: np.ndarray, pad_h: int, pad_w: int) -> np.ndar
     return out
 
 
+def _pad_bytes(N: int, C: int, H: int, W: int, ph: int, pw: int) -> float:
+    return 4.0 * N * C * (H * W + (H + 2 * ph) * (W + 2 * pw))
+
+
 def pad_space(N: int, C: int, H: int, W: int, ph: int, pw: int) -> ConfigSpace:
     sp = ConfigSpace()
     sp.define_knob("planes_per_task", [1, 2, 4, 8, 16])
@@ -244,7 +250,7 @@ def default_pad(N: int, C: int, H: int, W: int, ph: int, pw: int) -> dict[str, A
     return {
         "planes_per_task": next(p for p in (4, 2, 1) if (N * C) % p == 0),
         "w_split": 0,
-        "parallel": True,
+        "parallel": _pad_bytes(N, C, H, W, ph, pw) >= PARALLEL_MIN_BYTES,
     }
 
 
@@ -293,7 +299,7 @@ def _register() -> None:
             params=nchw,
             space=lambda a: transpose_space(a["C"], a["W"]),
             schedule=lambda cfg, a: schedule_nchw_to_nhwc(cfg, a["N"], a["C"], a["H"], a["W"]),
-            default_config=lambda a: default_nchw_to_nhwc(a["C"], a["W"]),
+            default_config=lambda a: default_nchw_to_nhwc(a["N"], a["C"], a["H"], a["W"]),
             reference=lambda x, **_: np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
             flops=lambda a: 0.0,
             bytes_moved=lambda a: 8.0 * a["N"] * a["C"] * a["H"] * a["W"],

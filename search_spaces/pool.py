@@ -11,24 +11,27 @@ Padding never wins a max: it is -inf. An average counts the padding as zeros
 and divides by ``kernel**2`` everywhere, which is PyTorch's default
 ``count_include_pad=True``.
 
-The loop nest of one output plane (``nc`` is ``n`` and ``c`` fused)::
+The loop nest of one output plane (``nc`` is ``n`` and ``c`` fused; the
+default is ``pad_at="rows"``, no ``ow_split``, the window innermost)::
 
     for nc in N*C:                          # parallel across cores if chosen
       Xp plane (pad_at="plane")             # the padded copy, then no bounds tests
       for oh in Ho:
         Xp rows (pad_at="rows")             # just the kernel rows of this output row
-        for owo in Wo / ow_split:
-          R_local[0:ow_split] = identity    # registers with local
-          for rh in kernel:                 # window_outer: the window loops outside...
-            for rw in kernel:
-              for owi in ow_split:          # ...so the output columns vectorize
-                R_local[owi] = max(R_local[owi], Xp[nc, oh*s + rh, (owo*ow_split + owi)*s + rw])
+        for owo in Wo / ow_split:           # no split: one whole output row
+          for owi in ow_split:              # vectorized by LLVM, the window
+            R[nc, oh, ow] = identity        #   unrolled inside it
+            for rh in kernel:
+              for rw in kernel:             # unroll_window: written out
+                R[nc, oh, ow] = max(R[nc, oh, ow], Xp[nc, oh*s + rh, ow*s + rw])
         Y[nc, oh, :] = R[nc, oh, :]
 
+``window_outer`` moves ``rh, rw`` outside ``owi`` (a row of partial results
+updated ``kernel**2`` times, as NumPy's strided-slice formulation does);
+``local`` keeps the ``ow_split`` results of one ``owo`` step in registers.
+Measured, LLVM handles the window-innermost order best (see default_config).
 With ``pad_at="inline"`` there is no copy: every read tests the bounds, which
-is free when ``pad`` is 0 and otherwise keeps LLVM from vectorizing. Without
-``window_outer`` each output is a scalar reduction over its window (the order
-a direct translation of the definition gives).
+is free when ``pad`` is 0 and otherwise keeps LLVM from vectorizing.
 
 ``global_avg_pool2d`` is PyTorch's ``adaptive_avg_pool2d(x, 1)``: ``Y[N, C, 1, 1]``.
 Per plane, a column sum vectorized along the row (``W`` accumulators, in
@@ -54,6 +57,8 @@ from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
+
+from .reduce import PARALLEL_MIN_BYTES
 
 __all__ = [
     "KINDS",
@@ -238,7 +243,7 @@ def default_config(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
         "ow_split": 0,
         "local": False,
         "unroll_window": False,
-        "parallel": True,
+        "parallel": bytes_moved(args) >= PARALLEL_MIN_BYTES,
     }
 
 
@@ -320,10 +325,16 @@ def global_config_space(N: int, C: int, H: int, W: int, vector_lanes: int = 8) -
 
 
 def global_default_config(N: int, C: int, H: int, W: int) -> dict[str, Any]:
+    """Tasks of 8 planes, register column sums, threads for large inputs.
+
+    Measured on one (busy) thread, CPU time, 8 x 256 x 56 x 56: 1.5 ms against
+    NumPy's ``x.mean(axis=(2, 3))`` 1.9 to 2.0 ms; 1 x 2048 x 7 x 7: 0.027 ms
+    against 0.097.
+    """
     return {
         "planes_per_task": next(p for p in (8, 4, 2, 1) if (N * C) % p == 0),
         "local": W <= 128,
-        "parallel": True,
+        "parallel": global_bytes_moved(N, C, H, W) >= PARALLEL_MIN_BYTES,
     }
 
 

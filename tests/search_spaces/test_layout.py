@@ -33,7 +33,7 @@ def test_default_configs_are_in_their_spaces_and_correct() -> None:
     run_transpose(lay.transpose_space(37, 45).validate(lay.default_transpose(37, 45)), 37, 45)
     shape = (2, 5, 3, 7)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    cfg = lay.transpose_space(5, 7).validate(lay.default_nchw_to_nhwc(5, 7))
+    cfg = lay.transpose_space(5, 7).validate(lay.default_nchw_to_nhwc(*shape))
     s, tensors = lay.schedule_nchw_to_nhwc(cfg, *shape)
     out = np.zeros((2, 3, 7, 5), np.float32)
     tuner.build(s, tensors)(x, out)

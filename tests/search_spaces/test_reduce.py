@@ -101,3 +101,11 @@ def test_cost_model_figures() -> None:
     assert red.bytes_moved(4096, 1024, 1) == 4 * (4096 * 1024 + 4096)
     assert red.bytes_moved(4096, 1024, 0) == 4 * (4096 * 1024 + 1024)
     assert red.flops(4, 8) == 32
+
+
+def test_defaults_use_threads_only_for_large_inputs() -> None:
+    """Handing a small input to threads costs more than the second core saves."""
+    assert red.default_config("sum", 4096, 4096, 1)["parallel"]
+    assert red.default_config("sum", 4096, 4096, 0)["parallel"]
+    assert not red.default_config("sum", 64, 64, 1)["parallel"]
+    assert red.bytes_moved(1024, 1024, 1) < red.PARALLEL_MIN_BYTES <= red.bytes_moved(4096, 4096, 1)
