@@ -1,0 +1,845 @@
+"""Tuned operators beside NumPy and PyTorch: the operator benchmark suite.
+
+    python experiments/bench_ops.py --trials 64                  # tune, then time (about an hour)
+    python experiments/bench_ops.py --trials 64 --from-logs      # re-time from the kept logs
+    python experiments/bench_ops.py --trials 8 --workloads softmax --threads 1,2 --rounds 7
+
+Each workload of the suite (below, as the command line names it) is tuned
+with ``--trials`` measured candidates on 2 threads; every measurement goes to
+``experiments/logs/bench_ops_<trials>.jsonl``, the tuning wall time to
+``bench_ops_<trials>.tuning.json`` beside it. ``--from-logs`` skips the tuning
+and rebuilds the best record of each workload from those files; a resumed run
+only measures what the log still lacks of the budget.
+
+Timing happens in one fresh process per thread count (thread pools are fixed
+at start; ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``NUMBA_NUM_THREADS``
+and ``torch.set_num_threads`` all set to it). In it, per workload: the tuned
+kernel (the best record of the log), the template's default schedule, the best
+NumPy formulation (BLAS for matmul, im2col + one BLAS call for convolution,
+``out=`` buffers everywhere), PyTorch eager and ``torch.compile`` (where torch
+is importable) are each checked against the operator's NumPy reference, then
+timed in interleaved rounds whose order rotates; the median of the rounds is
+reported. A short probe before and after each timing process records how many
+CPUs two busy processes got (about 2 on a quiet 2-core machine): trust a
+2-thread row only when both are close to 2.
+
+The records do not tell thread counts apart (a CPU target's fingerprint
+leaves threads out), so the 1-thread rows run the configs tuned on 2 threads,
+their parallel loops on one thread.
+
+Writes ``experiments/out/bench_ops_<trials>.csv`` and ``.md`` and prints the
+table. Memory-bound operators (those with ``bytes_moved``) are reported in
+GB/s, the rest in GFLOP/s (GOP/s for int8). Ratios are peer time over tuned
+time: above 1 the tuned kernel is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from bench_schedules import cpus_available  # noqa: E402
+
+from search_spaces import OperatorError, get_operator  # noqa: E402
+from search_spaces.conv2d import Conv2d  # noqa: E402
+
+OUT = ROOT / "experiments" / "out"
+LOGS = ROOT / "experiments" / "logs"
+TUNE_THREADS = 2  # the suite's setting
+DEFAULT_BAR = 3.0  # a default schedule must be within this factor of the tuned one
+
+#: label -> the workload as the command line names it (float32 unless said).
+SUITES: dict[str, dict[str, str]] = {
+    "full": {
+        "matmul_1024": "matmul M=1024 N=1024 K=1024",
+        "matmul_512": "matmul M=512 N=512 K=512",
+        "batch_matmul": "batch_matmul B=12 M=128 N=128 K=64",
+        "dense_relu": "dense batch=128 in_features=768 out_features=3072 bias=true activation=relu",
+        "dense_gelu": "dense batch=128 in_features=3072 out_features=768 bias=true activation=gelu",
+        "conv2d_3x3": "conv2d N=1 C=64 H=56 W=56 K=64 R=3 S=3 stride=1 pad=1",
+        "conv2d_1x1": "conv2d N=1 C=256 H=56 W=56 K=64 R=1 S=1 stride=1 pad=0",
+        "conv2d_3x3_s2": "conv2d N=1 C=128 H=56 W=56 K=128 R=3 S=3 stride=2 pad=1",
+        "depthwise_conv2d": "depthwise_conv2d N=1 C=128 H=56 W=56 R=3 S=3 stride=1 pad=1",
+        "max_pool2d": "max_pool2d N=1 C=64 H=112 W=112 kernel=3 stride=2 pad=1",
+        "softmax": "softmax M=4096 N=1024",
+        "layer_norm": "layer_norm M=4096 N=768",
+        "elementwise_chain": "elementwise_chain n=16777216",
+        "reduce_sum": "reduce_sum M=4096 N=4096",
+        "matmul_int8": "matmul M=1024 N=1024 K=1024 dtype=int8",
+    },
+    # Tiny shapes for the tests: seconds, not minutes.
+    "small": {
+        "matmul_small": "matmul M=24 N=20 K=17",
+        "softmax_small": "softmax M=16 N=40",
+        "elementwise_small": "elementwise_chain n=1000",
+        "conv2d_small": "conv2d N=1 C=4 H=9 W=9 K=8 R=3 S=3 stride=2 pad=1",
+    },
+}
+
+Peer = Callable[[], np.ndarray]  # runs once, returns its output buffer
+
+
+# -- NumPy peers: the best plain-NumPy formulation per family, buffers allocated once ------------
+
+
+def np_matmul(a: Mapping[str, Any], x: np.ndarray, y: np.ndarray) -> Peer:
+    A = x.T if a.get("trans_a") else x
+    B = y.T if a.get("trans_b") else y
+    M, K = A.shape
+    if a.get("dtype") != "int8":
+        c = np.empty((M, B.shape[1]), x.dtype)
+        return lambda: np.matmul(A, B, out=c)
+    # BLAS on floats is exact while every partial sum fits the mantissa: 128*128*K <= 2**24.
+    ft = np.float32 if 128 * 128 * K <= 2**24 else np.float64
+    af, bf = np.empty(A.shape, ft), np.empty(B.shape, ft)
+    cf, ci = np.empty((M, B.shape[1]), ft), np.empty((M, B.shape[1]), np.int32)
+
+    def run() -> np.ndarray:
+        np.copyto(af, A)
+        np.copyto(bf, B)
+        np.matmul(af, bf, out=cf)
+        np.copyto(ci, cf, casting="unsafe")
+        return ci
+
+    return run
+
+
+def np_batch_matmul(a: Mapping[str, Any], x: np.ndarray, y: np.ndarray) -> Peer:
+    B = y.transpose(0, 2, 1) if a.get("trans_b") else y
+    c = np.empty((x.shape[0], x.shape[1], B.shape[2]), x.dtype)
+    return lambda: np.matmul(x, B, out=c)
+
+
+def _gelu(y: np.ndarray, t: np.ndarray) -> None:
+    from scipy.special import erf
+
+    np.multiply(y, np.float32(math.sqrt(0.5)), out=t)
+    erf(t, out=t)
+    t += 1
+    y *= t
+    y *= np.float32(0.5)
+
+
+def _sigmoid(y: np.ndarray, t: np.ndarray) -> None:
+    np.negative(y, out=y)
+    np.exp(y, out=y)
+    y += 1
+    np.reciprocal(y, out=y)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray, np.ndarray], object]] = {
+    "none": lambda y, t: None,
+    "relu": lambda y, t: np.maximum(y, 0, out=y),
+    "gelu": _gelu,
+    "sigmoid": _sigmoid,
+    "tanh": lambda y, t: np.tanh(y, out=y),
+}
+
+
+def np_dense(a: Mapping[str, Any], x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> Peer:
+    y, t = np.empty((x.shape[0], w.shape[0]), x.dtype), np.empty((x.shape[0], w.shape[0]), x.dtype)
+    act = ACTIVATIONS[a["activation"]]
+
+    def run() -> np.ndarray:
+        np.matmul(x, w.T, out=y)
+        if bias:
+            np.add(y, bias[0], out=y)
+        act(y, t)
+        return y
+
+    return run
+
+
+def _padded(p: Conv2d, x: np.ndarray, fill: float) -> tuple[np.ndarray, Callable[[], None]]:
+    """A padded copy of ``x`` allocated once, and the copy of the interior done per call."""
+    if not p.pad:
+        return x, lambda: None
+    q = p.pad
+    xp = np.full((*x.shape[:2], x.shape[2] + 2 * q, x.shape[3] + 2 * q), fill, x.dtype)
+    inner = xp[:, :, q : q + x.shape[2], q : q + x.shape[3]]
+    return xp, lambda: np.copyto(inner, x)
+
+
+def _taps(p: Conv2d, xp: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """Strided views of the padded input, one per window position ``(r, s)``."""
+    st, d = p.stride, p.dilation
+    return [
+        (
+            r,
+            s,
+            xp[
+                :,
+                :,
+                r * d : r * d + st * (p.OH - 1) + 1 : st,
+                s * d : s * d + st * (p.OW - 1) + 1 : st,
+            ],
+        )
+        for r in range(p.R)
+        for s in range(p.S)
+    ]
+
+
+def np_conv2d(a: Mapping[str, Any], x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> Peer:
+    """im2col (one copy of the windows into a buffer, none for 1x1/stride 1) and one BLAS call."""
+    p = Conv2d.from_args(a)
+    if p.nhwc:
+        raise NotImplementedError("the NumPy peer is written for NCHW")
+    G, P = p.groups, p.OH * p.OW
+    xp, pad = _padded(p, x, 0.0)
+    y = np.empty((p.N, p.K, p.OH, p.OW), np.float32)
+    wg = w.reshape(G, p.K // G, p.Cg * p.R * p.S)
+    direct = p.R == p.S == p.stride == 1
+    cols = np.empty((p.N, p.C, p.R, p.S, p.OH, p.OW), np.float32)
+    taps = _taps(p, xp)
+    act = ACTIVATIONS[p.activation]
+
+    def run() -> np.ndarray:
+        pad()
+        if direct:
+            np.matmul(wg, xp.reshape(p.N, G, p.Cg, P), out=y.reshape(p.N, G, p.K // G, P))
+        else:
+            for r, s, tap in taps:
+                np.copyto(cols[:, :, r, s], tap)
+            c2 = cols.reshape(p.N, G, p.Cg * p.R * p.S, P)
+            np.matmul(wg, c2, out=y.reshape(p.N, G, p.K // G, P))
+        if bias:
+            np.add(y, bias[0].reshape(1, -1, 1, 1), out=y)
+        act(y, y)
+        return y
+
+    return run
+
+
+def np_depthwise(a: Mapping[str, Any], x: np.ndarray, w: np.ndarray) -> Peer:
+    """One multiply-add of a shifted slice per window tap, into ``out=`` buffers."""
+    p = Conv2d.from_args(a)  # no K: depthwise
+    xp, pad = _padded(p, x, 0.0)
+    y, t = (
+        np.empty((p.N, p.C, p.OH, p.OW), np.float32),
+        np.empty((p.N, p.C, p.OH, p.OW), np.float32),
+    )
+    taps = [(w[None, :, 0, r, s, None, None], tap) for r, s, tap in _taps(p, xp)]
+
+    def run() -> np.ndarray:
+        pad()
+        np.multiply(taps[0][1], taps[0][0], out=y)
+        for wv, tap in taps[1:]:
+            np.multiply(tap, wv, out=t)
+            np.add(y, t, out=y)
+        return y
+
+    return run
+
+
+def np_max_pool2d(a: Mapping[str, Any], x: np.ndarray) -> Peer:
+    """A -inf padded copy, then ``kernel**2`` strided slices folded with ``np.maximum(out=)``."""
+    k = a["kernel"]
+    p = Conv2d.from_args({**a, "R": k, "S": k, "stride": a["stride"] or k})
+    xp, pad = _padded(p, x, -np.inf)
+    y = np.empty((p.N, p.C, p.OH, p.OW), np.float32)
+    taps = [tap for _, _, tap in _taps(p, xp)]
+
+    def run() -> np.ndarray:
+        pad()
+        np.copyto(y, taps[0])
+        for tap in taps[1:]:
+            np.maximum(y, tap, out=y)
+        return y
+
+    return run
+
+
+def np_softmax(a: Mapping[str, Any], x: np.ndarray) -> Peer:
+    y, m, s = (
+        np.empty_like(x),
+        np.empty((x.shape[0], 1), x.dtype),
+        np.empty((x.shape[0], 1), x.dtype),
+    )
+
+    def run() -> np.ndarray:
+        np.max(x, axis=1, keepdims=True, out=m)
+        np.subtract(x, m, out=y)
+        np.exp(y, out=y)
+        np.sum(y, axis=1, keepdims=True, out=s)
+        np.divide(y, s, out=y)
+        return y
+
+    return run
+
+
+def np_layer_norm(a: Mapping[str, Any], x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> Peer:
+    n, eps = x.shape[1], np.float32(float(a.get("eps", 1e-5)))
+    y, mean, var = (
+        np.empty_like(x),
+        np.empty((x.shape[0], 1), x.dtype),
+        np.empty(x.shape[0], x.dtype),
+    )
+
+    def run() -> np.ndarray:
+        np.mean(x, axis=1, keepdims=True, out=mean)
+        np.subtract(x, mean, out=y)
+        np.einsum("ij,ij->i", y, y, out=var)
+        np.multiply(var, np.float32(1.0 / n), out=var)
+        np.add(var, eps, out=var)
+        np.sqrt(var, out=var)
+        np.divide(y, var[:, None], out=y)
+        np.multiply(y, gamma, out=y)
+        np.add(y, beta, out=y)
+        return y
+
+    return run
+
+
+def np_elementwise(
+    a: Mapping[str, Any], x: np.ndarray, s: np.ndarray, b: np.ndarray, c: np.ndarray
+) -> Peer:
+    y, t = np.empty_like(x), np.empty_like(x)
+
+    def run() -> np.ndarray:
+        np.multiply(x, s[0], out=t)
+        np.add(t, b[0], out=t)
+        np.maximum(t, 0, out=t)
+        np.multiply(t, c[0], out=t)
+        np.tanh(x, out=y)
+        np.add(y, t, out=y)
+        return y
+
+    return run
+
+
+def np_reduce_sum(a: Mapping[str, Any], x: np.ndarray) -> Peer:
+    y = np.empty(x.shape[1 - a["axis"]], x.dtype)
+    return lambda: np.sum(x, axis=a["axis"], out=y)
+
+
+NUMPY_PEERS: dict[str, Callable[..., Peer]] = {
+    "matmul": np_matmul,
+    "batch_matmul": np_batch_matmul,
+    "dense": np_dense,
+    "conv2d": np_conv2d,
+    "depthwise_conv2d": np_depthwise,
+    "max_pool2d": np_max_pool2d,
+    "softmax": np_softmax,
+    "layer_norm": np_layer_norm,
+    "elementwise_chain": np_elementwise,
+    "reduce_sum": np_reduce_sum,
+}
+
+
+# -- PyTorch peers: the torch.nn.functional call, run eagerly and through torch.compile -----------
+
+
+def torch_fn(op: str, a: Mapping[str, Any]) -> Callable[..., Any]:
+    """The PyTorch function computing ``op`` on tensors laid out as the operator's inputs."""
+    import torch
+    import torch.nn.functional as F
+
+    acts: dict[str, Callable[[Any], Any]] = {
+        "none": lambda v: v,
+        "relu": F.relu,
+        "gelu": F.gelu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+    }
+
+    def matmul(x: Any, y: Any) -> Any:
+        A = x.T if a.get("trans_a") else x
+        B = y.T if a.get("trans_b") else y
+        if a.get("dtype") == "int8":  # through float BLAS where exact, as the NumPy peer
+            ft = torch.float32 if 128 * 128 * A.shape[1] <= 2**24 else torch.float64
+            return torch.matmul(A.to(ft), B.to(ft)).to(torch.int32)
+        return torch.matmul(A, B)
+
+    def conv(x: Any, w: Any, *b: Any) -> Any:
+        y = F.conv2d(
+            x, w, b[0] if b else None, a["stride"], a["pad"], a["dilation"], a.get("groups", 1)
+        )
+        return acts[a.get("activation", "none")](y)
+
+    fns: dict[str, Callable[..., Any]] = {
+        "matmul": matmul,
+        "batch_matmul": lambda x, y: torch.bmm(x, y.transpose(1, 2) if a.get("trans_b") else y),
+        "dense": lambda x, w, *b: acts[a["activation"]](F.linear(x, w, b[0] if b else None)),
+        "conv2d": conv,
+        "depthwise_conv2d": lambda x, w: F.conv2d(
+            x, w, None, a["stride"], a["pad"], a["dilation"], a["C"]
+        ),
+        "max_pool2d": lambda x: F.max_pool2d(x, a["kernel"], a["stride"] or a["kernel"], a["pad"]),
+        "softmax": lambda x: torch.softmax(x, dim=1),
+        "layer_norm": lambda x, g, b: F.layer_norm(x, (x.shape[1],), g, b, float(a["eps"])),
+        "elementwise_chain": lambda x, s, b, c: torch.relu(x * s + b) * c + torch.tanh(x),
+        "reduce_sum": lambda x: x.sum(dim=a["axis"]),
+    }
+    return fns[op]
+
+
+# -- the timing process ----------------------------------------------------------------------------
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    op, *pairs = spec.split()
+    return op, dict(p.split("=", 1) for p in pairs)
+
+
+def verify(out: np.ndarray, ref: np.ndarray) -> str:
+    """'' when ``out`` matches the reference (exactly for integers), else what is wrong."""
+    out = np.asarray(out)
+    if out.shape != ref.shape:
+        return f"shape {out.shape} instead of {ref.shape}"
+    if ref.dtype.kind in "iu":
+        return "" if np.array_equal(out, ref) else "wrong integers"
+    err = float(np.max(np.abs(out.astype(np.float64) - ref))) if ref.size else 0.0
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return "" if err <= 1e-3 * scale else f"max error {err:.2g} (scale {scale:.2g})"
+
+
+def _reference(op: Any, inputs: list[np.ndarray], args: dict[str, Any]) -> np.ndarray:
+    """``op.reference(*inputs, **args)``, or without the args for references that take none."""
+    import inspect
+
+    params = inspect.signature(op.reference).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return np.asarray(op.reference(*inputs, **args))
+    return np.asarray(op.reference(*inputs))
+
+
+def time_rounds(fns: dict[str, Peer], rounds: int, min_sample: float) -> dict[str, float]:
+    """Median seconds per call of each function, over interleaved rounds (order rotates)."""
+    reps = {}
+    for name, fn in fns.items():  # repetitions per sample, so that one sample lasts min_sample
+        n = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            dt = time.perf_counter() - t0
+            if dt >= min_sample or n >= 1 << 16:
+                break
+            n = min(1 << 16, max(2 * n, int(n * min_sample / max(dt, 1e-9)) + 1))
+        reps[name] = n
+    names = list(fns)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn, n = fns[name], reps[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / n)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _torch_peers(
+    op: str, args: dict[str, Any], inputs: list[np.ndarray], threads: int, wanted: list[str]
+) -> tuple[dict[str, Peer], dict[str, Any]]:
+    """PyTorch eager and ``torch.compile`` (compiled and run once here) on the same arrays."""
+    import torch
+
+    torch.set_num_threads(threads)
+    ts = [torch.from_numpy(x) for x in inputs]
+    fn = torch_fn(op, args)
+    peers: dict[str, Peer] = {"torch": lambda: fn(*ts).numpy()} if "torch" in wanted else {}
+    info: dict[str, Any] = {}
+    if "torch_compile" not in wanted:
+        return peers, info
+    try:
+        compiled = torch.compile(fn, dynamic=False)
+        t0 = time.perf_counter()
+        compiled(*ts)
+        info["torch_compile_build_s"] = time.perf_counter() - t0
+        peers["torch_compile"] = lambda: compiled(*ts).numpy()
+    except Exception as exc:  # no C++ compiler, an unsupported op, ...
+        info["note"] = f"torch.compile failed: {str(exc).splitlines()[0][:120]}"
+    return peers, info
+
+
+def time_workload(
+    label: str, spec: str, log: Path | None, threads: int, opts: argparse.Namespace
+) -> dict[str, Any]:
+    """Build, verify and time the tuned and default kernels and every peer of one workload."""
+    from tuner import Target
+    from tuner.compile import BestRecords, UntunedWorkloadWarning, build_op
+
+    op_name, raw = parse_spec(spec)
+    op = get_operator(op_name)
+    args = op.parse_args(raw)
+    target = Target.from_name("cpu", num_threads=threads)
+    row: dict[str, Any] = {"workload": label, "spec": spec, "threads": threads}
+    notes: list[str] = []
+    inputs = op.make_inputs(args)
+    ref = _reference(op, inputs, args)
+    builders: dict[str, Callable[[], Peer]] = {}
+
+    def kernel(records: BestRecords | None) -> Peer:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UntunedWorkloadWarning)
+            built = build_op(op_name, target=target, records=records, **args)
+        if records is not None and built.record is None:
+            raise LookupError("no correct record in the log")
+        out = np.zeros(built.kernel.args[-1].shape, built.kernel.args[-1].dtype)
+        kern = built.kernel
+
+        def run() -> np.ndarray:
+            kern(*inputs, out)
+            return out
+
+        return run
+
+    if log is not None and log.exists():
+        records = BestRecords(log)
+        builders["tuned"] = lambda: kernel(records)
+    else:
+        notes.append("no tuning log")
+    builders["default"] = lambda: kernel(None)
+    if "numpy" not in opts.peers:
+        pass
+    elif op_name in NUMPY_PEERS:
+        builders["numpy"] = lambda: NUMPY_PEERS[op_name](args, *inputs)
+    else:
+        notes.append(f"no NumPy peer for {op_name}")
+    fns: dict[str, Peer] = {}
+    for name, build in builders.items():
+        try:
+            t0 = time.perf_counter()
+            fn = build()
+            row[f"{name}_build_s"] = time.perf_counter() - t0
+            bad = verify(fn(), ref)
+        except Exception as exc:
+            notes.append(
+                f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            )
+            continue
+        if bad:
+            notes.append(f"{name} WRONG ANSWER ({bad}), not timed")
+        else:
+            fns[name] = fn
+    try:
+        if {"torch", "torch_compile"} & set(opts.peers):
+            import torch  # noqa: F401
+    except ImportError:
+        row["torch_missing"] = True
+    else:
+        try:
+            peers, info = _torch_peers(op_name, args, inputs, threads, opts.peers)
+        except Exception as exc:
+            peers, info = {}, {"note": f"torch: {type(exc).__name__}: {exc}"}
+        if "note" in info:
+            notes.append(info.pop("note"))
+        row.update(info)
+        for name, fn in peers.items():
+            try:
+                bad = verify(fn(), ref)
+            except Exception as exc:
+                bad = f"{type(exc).__name__}: {str(exc)[:120]}"
+            if bad:
+                notes.append(f"{name}: {bad}, not timed")
+            else:
+                fns[name] = fn
+    for name, seconds in time_rounds(fns, opts.rounds, opts.min_sample).items():
+        row[f"{name}_s"] = seconds
+    row["worker_notes"] = notes
+    return row
+
+
+def worker(opts: argparse.Namespace) -> None:
+    """One process, one thread count: print one ``ROW <json>`` line per workload."""
+    log = Path(opts.log) if opts.log else None
+    for label, spec in selected(opts):
+        try:
+            row = time_workload(label, spec, log, opts.worker, opts)
+        except Exception as exc:
+            row = {
+                "workload": label,
+                "spec": spec,
+                "threads": opts.worker,
+                "worker_notes": [f"failed: {type(exc).__name__}: {exc}"],
+            }
+        print("ROW " + json.dumps(row), flush=True)
+
+
+# -- tuning, reporting and the command line ---------------------------------------------------------
+
+
+def selected(opts: argparse.Namespace) -> list[tuple[str, str]]:
+    suite = SUITES[opts.suite]
+    if not opts.workloads:
+        return list(suite.items())
+    wanted = opts.workloads.split(",")
+    unknown = [
+        w for w in wanted if w not in suite and not any(s.split()[0] == w for s in suite.values())
+    ]
+    if unknown:
+        raise SystemExit(
+            f"unknown workload {unknown[0]!r}; the {opts.suite} suite has {', '.join(suite)}"
+        )
+    return [(k, s) for k, s in suite.items() if k in wanted or s.split()[0] in wanted]
+
+
+def runnable(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The workloads whose operator exists and accepts the arguments; one line for each other."""
+    keep = []
+    for label, spec in items:
+        op_name, raw = parse_spec(spec)
+        try:
+            get_operator(op_name).parse_args(raw)
+        except OperatorError as exc:
+            print(f"skipping {label}: {exc}")
+            continue
+        keep.append((label, spec))
+    return keep
+
+
+def workload_key(spec: str) -> str:
+    from tuner.workload import Workload
+
+    op_name, raw = parse_spec(spec)
+    return Workload.make(op_name, **get_operator(op_name).parse_args(raw)).key
+
+
+def logged(log: Path, spec: str) -> list[Any]:
+    from records import load
+
+    return load(log, workload=workload_key(spec), target_kind="cpu") if log.exists() else []
+
+
+def tune_all(items: list[tuple[str, str]], trials: int, log: Path, times: Path) -> None:
+    """Tune each workload up to ``trials`` records in ``log``; add the wall time to ``times``."""
+    from tuner.tune import TuneOptions, tune
+
+    spent = json.loads(times.read_text()) if times.exists() else {}
+    for label, spec in items:
+        todo = trials - len(logged(log, spec))
+        if todo <= 0:
+            print(f"{label}: {trials} trials already in {log.name}")
+            continue
+        op_name, raw = parse_spec(spec)
+        t0 = time.perf_counter()
+        try:
+            result = tune(op_name, raw, TuneOptions(trials=todo, log=log, threads=TUNE_THREADS))
+        except Exception as exc:  # one workload's failure must not lose the others
+            print(f"{label}: tuning failed: {type(exc).__name__}: {exc}")
+            continue
+        key = workload_key(spec)
+        spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+        times.write_text(json.dumps(spent, indent=1, sort_keys=True) + "\n")
+        best = f"best {result.best.median * 1e3:.3f} ms" if result.best else "no correct candidate"
+        print(
+            f"{label}: {result.measured} trials in {spent[key]:.0f} s, {result.errors} errors, {best}"
+        )
+
+
+def time_all(
+    items: list[tuple[str, str]], opts: argparse.Namespace, log: Path
+) -> list[dict[str, Any]]:
+    rows = []
+    for t in (int(x) for x in opts.threads.split(",")):
+        env = dict(
+            os.environ,
+            OPENBLAS_NUM_THREADS=str(t),
+            OMP_NUM_THREADS=str(t),
+            NUMBA_NUM_THREADS=str(t),
+            OMP_WAIT_POLICY="passive",
+        )
+        before = cpus_available()
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(t),
+            "--suite",
+            opts.suite,
+            "--rounds",
+            str(opts.rounds),
+            "--min-sample",
+            str(opts.min_sample),
+            "--workloads",
+            ",".join(k for k, _ in items),
+            "--log",
+            str(log),
+            "--peers",
+            ",".join(opts.peers),
+        ]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        after = cpus_available()
+        got = [json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("ROW ")]
+        if out.returncode:
+            tail = out.stderr.strip().splitlines()[-1:] or ["no output"]
+            print(f"the {t}-thread timing process failed after {len(got)} workloads: {tail[0]}")
+        for row in got:
+            row["cpus_before"], row["cpus_after"] = round(before, 2), round(after, 2)
+        rows += got
+    return rows
+
+
+PEERS = (("numpy", "NumPy"), ("torch", "PyTorch"), ("torch_compile", "torch.compile"))
+COLUMNS = [
+    "workload",
+    "spec",
+    "threads",
+    "unit",
+    "tuned_rate",
+    "tuned_s",
+    "default_s",
+    "default_x_tuned",
+    "numpy_s",
+    "tuned_x_numpy",
+    "torch_s",
+    "tuned_x_torch",
+    "torch_compile_s",
+    "tuned_x_torch_compile",
+    "trials",
+    "tune_s",
+    "torch_compile_build_s",
+    "cpus_before",
+    "cpus_after",
+    "note",
+]
+
+
+def finish(row: dict[str, Any], log: Path, times: dict[str, float]) -> dict[str, Any]:
+    """Add rates, ratios, the tuning figures and the note (who wins, by how much) to a row."""
+    op_name, raw = parse_spec(row["spec"])
+    op = get_operator(op_name)
+    args = op.parse_args(raw)
+    memory = op.bytes_moved is not None
+    work = op.bytes_moved(args) if op.bytes_moved is not None else op.flops(args)
+    unit = "GB/s" if memory else ("GOP/s" if args.get("dtype") == "int8" else "GFLOP/s")
+    records = logged(log, row["spec"])
+    row.update(unit=unit, trials=len(records), tune_s=times.get(workload_key(row["spec"])))
+    notes = list(row.pop("worker_notes", []))
+    tuned = row.get("tuned_s")
+    if tuned:
+        row["tuned_rate"] = work / tuned / 1e9
+        for key, name in (("default", "default"), *PEERS):
+            if row.get(f"{key}_s"):
+                ratio = row[f"{key}_s"] / tuned
+                row[f"{key}_x_tuned" if key == "default" else f"tuned_x_{key}"] = ratio
+                if key == "default" and ratio > DEFAULT_BAR:
+                    notes.append(f"default {ratio:.1f}x slower than tuned (bar {DEFAULT_BAR:g}x)")
+                elif key != "default" and ratio < 1:
+                    notes.append(f"loses to {name} by {1 / ratio:.2f}x")
+    elif records:
+        kinds = sorted({r.error_kind.value for r in records if not r.ok})
+        notes.append(
+            f"{len(records)} trials, none correct ({', '.join(kinds)}): {records[0].error_msg.splitlines()[-1][:100]}"
+        )
+    free = min(row.get("cpus_before", 2.0), row.get("cpus_after", 2.0))
+    if free < 0.9 * row["threads"]:
+        notes.append(f"machine busy ({free:.2f} CPUs free, {row['threads']} wanted): unreliable")
+    row["note"] = "; ".join(n for n in notes if n)
+    return row
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
+    if v is None or v == "":
+        return "n/a"
+    return f"{v * scale:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def markdown(rows: list[dict[str, Any]], trials: int, torch_note: str) -> str:
+    head = (
+        "| workload | thr | tuned | tuned ms | default ms | default/tuned | NumPy ms | x NumPy | "
+        "PyTorch ms | x PyTorch | "
+        "torch.compile ms | x compile | trials | tune s | CPUs | note |"
+    )
+    lines = [
+        f"# Operator benchmark, {trials} trials per workload",
+        "",
+        "Tuned on 2 threads; the 1-thread rows run the same tuned configs on one thread. "
+        "Medians of interleaved rounds; `x PEER` is the peer's time over the tuned time "
+        "(above 1: tuned is faster). CPUs: what a probe saw available before/after the timing.",
+        "",
+        *([torch_note, ""] if torch_note else []),
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
+    for r in rows:
+        rate = f"{r['tuned_rate']:.1f} {r['unit']}" if r.get("tuned_rate") else "n/a"
+        lines.append(
+            f"| {r['workload']} | {r['threads']} | {rate} | {_fmt(r.get('tuned_s'), 1e3, 3)} | "
+            f"{_fmt(r.get('default_s'), 1e3, 3)} | {_fmt(r.get('default_x_tuned'))} | "
+            f"{_fmt(r.get('numpy_s'), 1e3, 3)} | {_fmt(r.get('tuned_x_numpy'))} | "
+            f"{_fmt(r.get('torch_s'), 1e3, 3)} | {_fmt(r.get('tuned_x_torch'))} | "
+            f"{_fmt(r.get('torch_compile_s'), 1e3, 3)} | {_fmt(r.get('tuned_x_torch_compile'))} | "
+            f"{r['trials']} | {_fmt(r.get('tune_s'), 1.0, 0)} | "
+            f"{r.get('cpus_before', '?')}/{r.get('cpus_after', '?')} | {r.get('note', '')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--trials", type=int, default=64, help="tuning budget per workload (64 and 200)")
+    p.add_argument(
+        "--workloads", default="", help="comma-separated labels or operator names (default: all)"
+    )
+    p.add_argument("--threads", default="1,2", help="thread counts to time with")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument(
+        "--from-logs", action="store_true", help="re-time the logged best records, no tuning"
+    )
+    p.add_argument(
+        "--peers",
+        default="numpy,torch,torch_compile",
+        type=lambda v: v.split(","),
+        help="peers to time beside the tuned and default kernels",
+    )
+    p.add_argument("--log-dir", type=Path, default=LOGS)
+    p.add_argument("--out-dir", type=Path, default=OUT)
+    p.add_argument("--suite", default="full", choices=sorted(SUITES), help=argparse.SUPPRESS)
+    p.add_argument("--min-sample", type=float, default=0.05, help=argparse.SUPPRESS)
+    p.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--log", default="", help=argparse.SUPPRESS)
+    opts = p.parse_args()
+    if opts.worker:
+        worker(opts)
+        return
+    items = runnable(selected(opts))
+    if not items:
+        raise SystemExit("no workload to run")
+    log = opts.log_dir / f"bench_ops_{opts.trials}.jsonl"
+    times_file = log.with_suffix(".tuning.json")
+    if opts.from_logs:
+        if not log.exists():
+            raise SystemExit(f"--from-logs: no log {log}; run without --from-logs to tune first")
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        tune_all(items, opts.trials, log, times_file)
+    times = json.loads(times_file.read_text()) if times_file.exists() else {}
+    rows = [finish(r, log, times) for r in time_all(items, opts, log)]
+    torch_note = ""
+    if any(r.get("torch_missing") for r in rows):
+        torch_note = "PyTorch is not importable here: its columns are empty (the `bench` extra installs torch==2.13.0, CPU)."
+    md = markdown(rows, opts.trials, torch_note)
+    print(md)
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = opts.out_dir / f"bench_ops_{opts.trials}"
+    with stem.with_suffix(".csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    stem.with_suffix(".md").write_text(md)
+    print(f"wrote {stem}.csv and {stem}.md")
+
+
+if __name__ == "__main__":
+    main()
