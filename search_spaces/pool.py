@@ -7,7 +7,8 @@ Windowed pools (PyTorch's ``max_pool2d`` / ``avg_pool2d`` with ``kernel_size``,
     R[n, c, oh, ow] = max (or sum) over rh, rw < kernel of Xp[n, c, oh*s + rh, ow*s + rw]
     Y[n, c, oh, ow] = R  (R / kernel**2 for an average)
 
-Padding never wins a max: it is -inf. An average counts the padding as zeros
+Padding never wins a max: it is -inf. A max drops NaN inputs (compare and
+select), where PyTorch propagates them. An average counts the padding as zeros
 and divides by ``kernel**2`` everywhere, which is PyTorch's default
 ``count_include_pad=True``.
 

@@ -3,8 +3,8 @@
 ``Y = X.sum(axis)`` (or ``.mean``, ``.max``) for ``X[M, N]`` with ``axis`` 1 (the
 default: one value per row, ``Y[M]``) or 0 (one value per column, ``Y[N]``), like
 ``torch.sum(x, dim=axis)`` without ``keepdim``. A mean divides the sum by the
-reduced extent; a max ignores NaN ordering (``max(a, b)`` keeps ``a`` when
-either is NaN), unlike NumPy, which propagates NaN.
+reduced extent. A max drops NaN (``max(acc, nan)`` keeps ``acc``), where NumPy
+propagates it: the kernels compare and select, as vector max instructions do.
 
 All three are memory-bound: every element of ``X`` is read once, and the fast
 schedules read it at the speed of memory. Three stages make that possible::
