@@ -16,8 +16,8 @@ parallelism, the output's column split, reduction lanes, and whether the
 reductions sit at the output's row or are passes at the root.
 
 Batch norm in inference mode folds the running statistics into one scale
-and shift per channel (``C`` values, computed first), so the pass over the
-tensor is one multiply-add per element::
+and shift per channel, so the pass over the tensor is one multiply-add per
+element::
 
     scale[c] = gamma[c] / sqrt(var[c] + eps);  shift[c] = beta[c] - mean[c] * scale[c]
     for p in N*C / planes_per_task:        # parallel across cores if chosen
@@ -25,8 +25,11 @@ tensor is one multiply-add per element::
         for w (split by col_split, vectorized):
           Y[n, c, h, w] = X[n, c, h, w] * scale[c] + shift[c]
 
-With ``fold_scale`` off, the scale and shift are recomputed per element (a
-square root and a division each): there to show what folding is worth.
+With ``fold_scale`` the scale and shift are stages of ``C`` values computed
+first; without (the default) they are written inside the loop and LLVM hoists
+them out of the row loop: one square root and one division per row of ``W``,
+no separate stage. The row loop is the only one that vectorizes (see
+``batch_norm_schedule``), so small planes (7 x 7) run scalar.
 
 >>> space = layer_norm_space(4096, 768)
 >>> s, tensors = layer_norm_schedule(space.sample(np.random.default_rng(0)), 4096, 768)
@@ -228,14 +231,22 @@ def batch_norm_space(N: int, C: int, H: int, W: int, vector_lanes: int = 8) -> C
 
 
 def batch_norm_default(N: int, C: int, H: int, W: int) -> dict[str, Any]:
-    """Folded statistics; tasks of about 16K elements; the row in vectors of up to 32."""
+    """Tasks of about 16K elements; the plain row loop; the statistics folded in the loop.
+
+    Measured at 8 x 64 x 56 x 56 (one process, loaded machine): a split row
+    (``col_split`` 32) ran 0.79 ms, the plain row 0.44, with the folding
+    inlined 0.36 (NumPy's two out= passes 1.6). LLVM fully unrolls short
+    constant loops before its loop vectorizer runs and leaves them scalar,
+    and it hoists the inlined per-channel square root and division out of
+    the row loop, so the separate scale and shift stages only add a call.
+    """
     plane = H * W
     per_task = max(1, min(64, 16384 // plane, N * C))
     return {
         "planes_per_task": 1 << (per_task.bit_length() - 1),
         "parallel": True,
-        "col_split": next(v for v in (32, 16, 8) if v <= W) if W >= 8 else 1,
-        "fold_scale": True,
+        "col_split": 1,
+        "fold_scale": False,
     }
 
 

@@ -49,9 +49,10 @@ def test_layer_norm_at_the_root_with_another_eps() -> None:
     check_layer_norm(space.validate(cfg), 13, 29, eps=0.5)
 
 
-def test_batch_norm_default_is_correct() -> None:
-    cfg = norm.batch_norm_space(2, 5, 3, 37).validate(norm.batch_norm_default(2, 5, 3, 37))
-    check_batch_norm(cfg, (2, 5, 3, 37))
+@pytest.mark.parametrize("fold", [False, True])
+def test_batch_norm_default_is_correct_with_and_without_folding(fold: bool) -> None:
+    cfg = {**norm.batch_norm_default(2, 5, 3, 37), "fold_scale": fold}
+    check_batch_norm(norm.batch_norm_space(2, 5, 3, 37).validate(cfg), (2, 5, 3, 37))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 7, 5, 5), (32, 512, 7, 7), (1, 64, 56, 56)])
