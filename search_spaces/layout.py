@@ -75,12 +75,14 @@ _W_SPLITS = (0, 8, 16, 32, 64)  # 0: the whole row
 
 
 def define_transpose(M: int, N: int) -> tuple[Tensor, Tensor]:
+    """``X[M, N]`` and ``Y[N, M] = X.T``."""
     X = te.placeholder((M, N), "float32", name="X")
     Y = te.compute((N, M), lambda j, i: X[i, j], name="Y")
     return X, Y
 
 
 def define_nchw_to_nhwc(N: int, C: int, H: int, W: int) -> tuple[Tensor, Tensor]:
+    """``X[N, C, H, W]`` and ``Y[N, H, W, C]``."""
     X = te.placeholder((N, C, H, W), "float32", name="X")
     Y = te.compute((N, H, W, C), lambda n, h, w, c: X[n, c, h, w], name="Y")
     return X, Y
@@ -171,6 +173,7 @@ def _tile_copy(
 
 
 def schedule_transpose(cfg: Mapping[str, Any], M: int, N: int) -> tuple[Schedule, list[Tensor]]:
+    """Tiles over ``Y``'s rows (``X``'s columns) and columns; threads over column blocks."""
     X, Y = define_transpose(M, N)
     s = te.create_schedule(Y)
     j, i = s[Y].op.axis
@@ -183,6 +186,7 @@ def schedule_transpose(cfg: Mapping[str, Any], M: int, N: int) -> tuple[Schedule
 def schedule_nchw_to_nhwc(
     cfg: Mapping[str, Any], N: int, C: int, H: int, W: int
 ) -> tuple[Schedule, list[Tensor]]:
+    """Per image row ``(n, h)``: tiles over ``w`` and ``c``; threads over ``n*h``."""
     X, Y = define_nchw_to_nhwc(N, C, H, W)
     s = te.create_schedule(Y)
     n, h, w, c = s[Y].op.axis
@@ -197,6 +201,7 @@ def schedule_nchw_to_nhwc(
 
 
 def define_pad(N: int, C: int, H: int, W: int, ph: int, pw: int) -> tuple[Tensor, Tensor]:
+    """``X[N, C, H, W]`` and the zero-padded ``Y[N, C, H + 2*ph, W + 2*pw]``."""
     X = te.placeholder((N, C, H, W), "float32", name="X")
     zero = te.const(0.0, "float32")
     Y = te.compute(
@@ -210,6 +215,7 @@ def define_pad(N: int, C: int, H: int, W: int, ph: int, pw: int) -> tuple[Tensor
 
 
 def pad_reference(x: np.ndarray, *, pad_h: int, pad_w: int) -> np.ndarray:
+    """``np.pad`` with zeros around the last two axes."""
     out: np.ndarray = np.pad(x, ((0, 0), (0, 0), (pad_h, pad_h), (pad_w, pad_w)))
     return out
 
@@ -231,6 +237,7 @@ def _pad_bytes(N: int, C: int, H: int, W: int, ph: int, pw: int) -> float:
 
 
 def pad_space(N: int, C: int, H: int, W: int, ph: int, pw: int) -> ConfigSpace:
+    """Planes per parallel task and the split of a padded row (0: none)."""
     sp = ConfigSpace()
     sp.define_knob("planes_per_task", [1, 2, 4, 8, 16])
     sp.define_knob("w_split", list(_W_SPLITS))
@@ -257,6 +264,7 @@ def default_pad(N: int, C: int, H: int, W: int, ph: int, pw: int) -> dict[str, A
 def schedule_pad(
     cfg: Mapping[str, Any], N: int, C: int, H: int, W: int, ph: int, pw: int
 ) -> tuple[Schedule, list[Tensor]]:
+    """Planes fused and cut into tasks; the row loop (or its inner split) vectorized."""
     X, Y = define_pad(N, C, H, W, ph, pw)
     s = te.create_schedule(Y)
     n, c, h, w = s[Y].op.axis

@@ -50,7 +50,7 @@ registers with ``local``) and then a sum of that row::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,6 +60,9 @@ from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
 from .reduce import PARALLEL_MIN_BYTES
+
+if TYPE_CHECKING:
+    from . import Operator
 
 __all__ = [
     "KINDS",
@@ -306,6 +309,7 @@ def global_reference(x: np.ndarray) -> np.ndarray:
 
 
 def global_bytes_moved(N: int, C: int, H: int, W: int) -> float:
+    """Compulsory traffic: ``X`` read once and one float per plane written."""
     return 4.0 * N * C * (H * W + 1)
 
 
@@ -342,6 +346,7 @@ def global_default_config(N: int, C: int, H: int, W: int) -> dict[str, Any]:
 def global_schedule(
     cfg: Mapping[str, Any], N: int, C: int, H: int, W: int
 ) -> tuple[Schedule, list[Tensor]]:
+    """Planes fused and cut into tasks; per plane the column sums, then their sum."""
     X, P, S, Y = _global_stages(N, C, H, W)
     s = te.create_schedule(Y)
     n, c, _, _ = s[Y].op.axis
@@ -369,7 +374,7 @@ _NCHW = (
 )
 
 
-def _operator(kind: str) -> Any:
+def _operator(kind: str) -> Operator:
     """The registry entry of ``<kind>_pool2d``; its callables take the parsed arguments."""
     from . import Operator, Param
 

@@ -59,7 +59,7 @@ rows unrolled, NumPy's ``x.sum(axis=0)`` 6.8, on a busy machine).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,6 +67,9 @@ from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
+
+if TYPE_CHECKING:
+    from . import Operator
 
 __all__ = [
     "KINDS",
@@ -286,7 +289,7 @@ def _schedule_rows(
         s[AL].compute_at(s[acc], aio)
 
 
-def _operator(kind: str) -> Any:
+def _operator(kind: str) -> Operator:
     """The registry entry of ``reduce_<kind>``; its callables take the parsed arguments."""
     from . import Operator, Param
 
