@@ -33,7 +33,13 @@ from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
-from .matmul import define_gemm_knobs, gemm_default, operand_packing, register_blocked
+from .matmul import (
+    accumulator_lanes,
+    define_gemm_knobs,
+    gemm_default,
+    operand_packing,
+    register_blocked,
+)
 
 __all__ = ["config_space", "default_config", "define", "flops", "reference", "schedule"]
 
@@ -76,9 +82,10 @@ def config_space(
     return sp.freeze()
 
 
-def default_config(batch: int, M: int, N: int, K: int) -> dict[str, Any]:
+def default_config(batch: int, M: int, N: int, K: int, dtype: str = "float32") -> dict[str, Any]:
     """Matmul's default tile and blocks, B packed, batches in parallel."""
-    return {**gemm_default(M, N, K), "pack_b": True, "parallel": True}
+    lanes = accumulator_lanes(dtype)
+    return {**gemm_default(M, N, K, lanes), "pack_b": True, "parallel": True}
 
 
 def schedule(
@@ -117,11 +124,13 @@ def _register() -> None:
                 Param("dtype", str, "float32", ("float32", "float64")),
                 Param("trans_b", bool, False, doc="B is given as B x N x K (C = A @ B.T)"),
             ),
-            space=lambda a: config_space(a["B"], a["M"], a["N"], a["K"], trans_b=a["trans_b"]),
+            space=lambda a: config_space(
+                a["B"], a["M"], a["N"], a["K"], accumulator_lanes(a["dtype"]), a["trans_b"]
+            ),
             schedule=lambda cfg, a: schedule(
                 cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"]
             ),
-            default_config=lambda a: default_config(a["B"], a["M"], a["N"], a["K"]),
+            default_config=lambda a: default_config(a["B"], a["M"], a["N"], a["K"], a["dtype"]),
             reference=_registry_reference,
             flops=lambda a: flops(a["B"], a["M"], a["N"], a["K"]),
         )

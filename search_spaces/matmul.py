@@ -46,6 +46,7 @@ from tuner.te import Tensor
 __all__ = [
     "GemmLoops",
     "Packing",
+    "accumulator_lanes",
     "config_space",
     "default_config",
     "define",
@@ -133,9 +134,17 @@ def define_gemm_knobs(sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int
     )
 
 
-#: Default register tiles and their efficiency: 12 AVX2 accumulators keep both FMA
-#: units busy; 8 (4 x 16) leave them idle a fifth of the time (latency 5, 2 a cycle).
-_DEFAULT_TILES = ((6, 16, 1.0), (4, 24, 1.0), (4, 16, 0.8))
+#: Default register tiles, in vectors per row, and their efficiency: 12 accumulators
+#: keep both FMA units busy; 8 leave them idle a fifth of the time (latency 5, 2 a cycle).
+_DEFAULT_TILES = ((6, 2, 1.0), (4, 3, 1.0), (4, 2, 0.8))
+
+
+def accumulator_lanes(dtype: str, vector_lanes: int = 8) -> int:
+    """Lanes of one vector register for ``dtype``'s accumulator, given the float32 lanes.
+
+    int8 accumulates in int32 (as many lanes as float32); float64 has half as many.
+    """
+    return vector_lanes // 2 if dtype == "float64" else vector_lanes
 
 
 def _tile_cost(M: int, N: int, mr: int, nr: int, efficiency: float) -> float:
@@ -149,16 +158,18 @@ def _tile_cost(M: int, N: int, mr: int, nr: int, efficiency: float) -> float:
     return (full + 8 * (tiles - full)) * mr * nr / efficiency
 
 
-def gemm_default(M: int, N: int, K: int) -> dict[str, Any]:
+def gemm_default(M: int, N: int, K: int, lanes: int = 8) -> dict[str, Any]:
     """A register tile of 8 or 12 accumulators, KC <= 256, NC about 256, MC about 100 rows.
 
     The tile is 6x16, 4x24 or 4x16, whichever leaves the least work on edge
     tiles for its efficiency (4x24 covers a batch of 128 rows and 3072 columns
-    exactly); smaller matrices get the largest tile that fits them. KC cuts K into even blocks (all of K up to
+    exactly), of ``lanes``-wide vectors (4x8 and 6x8 for float64); smaller
+    matrices get the largest tile that fits them. KC cuts K into even blocks (all of K up to
     256): a KC longer than K, or one that leaves a short last block, sends
     tiles down the bounded (edge) path, which is not unrolled and vectorized.
     """
-    mr, nr, _ = min(_DEFAULT_TILES, key=lambda t: _tile_cost(M, N, *t))
+    tiles = [(mr, v * lanes, e) for mr, v, e in _DEFAULT_TILES if v * lanes in (8, 16, 24, 32)]
+    mr, nr, _ = min(tiles, key=lambda t: _tile_cost(M, N, *t))
     mr = min(mr, M)
     nr = nr if N >= 4 else 8
     return {
@@ -274,13 +285,15 @@ def config_space(
     return sp.freeze()
 
 
-def default_config(M: int, N: int, K: int, trans_a: bool = False) -> dict[str, Any]:
+def default_config(
+    M: int, N: int, K: int, trans_a: bool = False, dtype: str = "float32"
+) -> dict[str, Any]:
     """A decent schedule without tuning (12-accumulator tile, KC <= 256, B packed, parallel).
 
     A transposed A is packed too: its MR values per k are adjacent, but one k
     to the next is a stride of M, a cache line per k otherwise.
     """
-    cfg = {**gemm_default(M, N, K), "pack_b": True, "parallel": True}
+    cfg = {**gemm_default(M, N, K, accumulator_lanes(dtype)), "pack_b": True, "parallel": True}
     return {**cfg, "pack_a": True} if trans_a else cfg
 
 
@@ -328,12 +341,19 @@ def _register() -> None:
                 Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),
             ),
             space=lambda a: config_space(
-                a["M"], a["N"], a["K"], trans_a=a["trans_a"], trans_b=a["trans_b"]
+                a["M"],
+                a["N"],
+                a["K"],
+                accumulator_lanes(a["dtype"]),
+                trans_a=a["trans_a"],
+                trans_b=a["trans_b"],
             ),
             schedule=lambda cfg, a: schedule(
                 cfg, a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"]
             ),
-            default_config=lambda a: default_config(a["M"], a["N"], a["K"], a["trans_a"]),
+            default_config=lambda a: default_config(
+                a["M"], a["N"], a["K"], a["trans_a"], a["dtype"]
+            ),
             reference=_registry_reference,
             flops=lambda a: flops(a["M"], a["N"], a["K"]),
         )

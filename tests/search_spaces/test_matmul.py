@@ -26,7 +26,7 @@ def check(  # type: ignore[no-untyped-def]
         a = rng.integers(-128, 128, shape_a).astype(np.int8)
         b = rng.integers(-128, 128, shape_b).astype(np.int8)
     else:
-        a, b = rng.random(shape_a, dtype=np.float32), rng.random(shape_b, dtype=np.float32)
+        a, b = rng.random(shape_a).astype(dtype), rng.random(shape_b).astype(dtype)
     out = np.full((m, n), 7, tensors[-1].dtype)  # no kernel may rely on a zeroed output
     tuner.build(s, tensors)(a, b, out)
     expected = matmul.reference(a, b, trans_a, trans_b)
@@ -62,6 +62,14 @@ def test_both_operands_transposed() -> None:
     check(
         space.validate(matmul.default_config(m, n, k, trans_a=True)), m, n, k, "float32", True, True
     )
+
+
+def test_float64_gets_a_tile_of_twelve_4_lane_registers() -> None:
+    m, n, k = 19, 23, 37
+    cfg = matmul.default_config(m, n, k, dtype="float64")
+    assert cfg["mr"] * cfg["nr"] <= 12 * 4
+    space = matmul.config_space(m, n, k, matmul.accumulator_lanes("float64"), trans_b=True)
+    check(space.validate(cfg), m, n, k, "float64", trans_b=True)
 
 
 @pytest.mark.parametrize(
