@@ -63,6 +63,7 @@ from tuner.te import Tensor
 
 __all__ = [
     "Conv2d",
+    "bytes_moved",
     "config_space",
     "default_config",
     "define",
