@@ -26,7 +26,10 @@ Why ``lanes``: a reduction is one serial chain of max or add operations (no
 reassociation without fast-math), 3 to 4 cycles per element. Reducing into
 ``lanes`` partial results (``lane_reduce``, which also handles rows that
 ``lanes`` does not divide) makes the chains independent; the partials are
-combined once per row. With ``exp_inline`` the exp is recomputed where it is
+combined once per row. How LLVM treats the lanes loop depends on its size:
+a short loop with a small body (a plain max or sum, 32 lanes or fewer) is
+unrolled fully before the loop vectorizer runs and stays scalar, while 64
+or more lanes, or a body with an exp in it, are vectorized. With ``exp_inline`` the exp is recomputed where it is
 read instead of stored (softmax: in the sum and the output; log-softmax reads
 it once, in the sum): a stored exp is a full-size buffer (lowering sizes
 stages by tensor, not by the row they are computed at), and the memory
@@ -174,7 +177,7 @@ def config_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
     sp.define_knob("rows_per_task", [1, 2, 4, 8, 16, 32, 64])
     sp.define_knob("parallel", [True, False])
     sp.define_knob("col_split", [1, *(vector_lanes * f for f in (1, 2, 4, 8))])
-    sp.define_knob("lanes", [1, 4, 8, 16, 32])
+    sp.define_knob("lanes", [1, 4, 8, 16, 32, 64, 128])
     sp.define_knob("exp_inline", [True, False])
     sp.define_knob("reductions_at_row", [True, False])
     sp.add_constraint(lambda c: c["rows_per_task"] <= M, "a task holds no more rows than M")
