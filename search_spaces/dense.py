@@ -155,7 +155,11 @@ def default_config(
     """Matmul's default tile, MC up to 144 rows (one row block for a batch of 128), panels.
 
     In panel order W is packed once per row block, so a row block that holds
-    the whole batch packs each weight once.
+    the whole batch packs each weight once. At 128 x 768 x 3072 with relu (a
+    4x24 tile, no edge tiles) it ran in 9.7 ms of one thread's CPU time against
+    9.9 ms for NumPy's ``matmul``, ``add`` and ``maximum`` with ``out=`` on one
+    OpenBLAS thread (the 2-core machine was shared, so about +-10%); the block
+    epilogue and a 6x16 tile were within that noise.
     """
     cfg = gemm_default(batch, out_features, in_features)
     mr = cfg["mr"]

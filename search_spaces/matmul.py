@@ -11,8 +11,9 @@ The schedule space is the GotoBLAS loop nest (what OpenBLAS does by hand)::
             for ib in MC / MR:
               MR x NR register tile, loaded from C, += over KC, stored back
 
-The knobs pick MR, NR, KC, MC and NC; a constraint keeps the register tile
-within the target's vector registers. int8 inputs accumulate in int32.
+The knobs pick MR, NR, KC, MC and NC, whether B (and a transposed A) is
+packed, and whether ``jo`` runs in parallel; a constraint keeps the register
+tile within the target's vector registers. int8 inputs accumulate in int32.
 
 Transposed operands keep the same register tile. ``trans_b`` reads B as
 ``[N, K]`` (a PyTorch ``Linear`` weight, attention's keys): packing copies it
@@ -159,31 +160,30 @@ def _tile_cost(M: int, N: int, mr: int, nr: int, efficiency: float) -> float:
 
 
 def gemm_default(M: int, N: int, K: int, lanes: int = 8) -> dict[str, Any]:
-    """A register tile of 8 or 12 accumulators, KC <= 256, NC about 256, MC about 100 rows.
+    """A register tile of 8 or 12 accumulators, KC <= 256, NC <= 256 columns, MC 16 tiles.
 
-    The tile is 6x16, 4x24 or 4x16, whichever leaves the least work on edge
-    tiles for its efficiency (4x24 covers a batch of 128 rows and 3072 columns
-    exactly), of ``lanes``-wide vectors (4x8 and 6x8 for float64); smaller
-    matrices get the largest tile that fits them. KC cuts K into even blocks (all of K up to
-    256): a KC longer than K, or one that leaves a short last block, sends
+    The tile is 6x16, 4x24 or 4x16 (6x8 or 4x8 of 4-lane float64 vectors),
+    whichever leaves the least work on edge tiles for its efficiency (4x24
+    covers a batch of 128 rows and 3072 columns exactly); smaller matrices get
+    the largest tile that fits them. KC cuts K into even blocks (all of K up
+    to 256): a KC longer than K, or one that leaves a short last block, sends
     tiles down the bounded (edge) path, which is not unrolled and vectorized.
     """
     tiles = [(mr, v * lanes, e) for mr, v, e in _DEFAULT_TILES if v * lanes in (8, 16, 24, 32)]
     mr, nr, _ = min(tiles, key=lambda t: _tile_cost(M, N, *t))
-    mr = min(mr, M)
     nr = nr if N >= 4 else 8
     return {
-        "mr": mr,
+        "mr": min(mr, M),
         "nr": nr,
         "kc": -(-K // -(-K // 256)),
-        "mc_tiles": next(t for t in (16, 8, 4, 2, 1) if t == 1 or t * mr <= max(M, 96)),
+        "mc_tiles": 16,
         "nc_tiles": max(t for t in (1, 2, 4, 8, 16) if t == 1 or t * nr <= 256),
     }
 
 
 @dataclass(frozen=True)
 class Packing:
-    """An operand to copy into register-tile panels: its tensor and the dims that run along m or n, and k."""
+    """An operand to copy into register-tile panels: its tensor, its m (or n) and k dims."""
 
     tensor: Tensor
     tile_dim: int  # the dimension the register tile runs along (m for A, n for B)
