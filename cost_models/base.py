@@ -24,6 +24,7 @@ __all__ = [
     "CostModelError",
     "available_cost_models",
     "check_features",
+    "check_groups",
     "check_training_data",
     "get_cost_model",
     "register_cost_model",
@@ -53,8 +54,14 @@ class CostModel(abc.ABC):
     """
 
     @abc.abstractmethod
-    def fit(self, features: np.ndarray, seconds: np.ndarray) -> None:
-        """Train on measured candidates, replacing anything learnt before."""
+    def fit(
+        self, features: np.ndarray, seconds: np.ndarray, groups: np.ndarray | None = None
+    ) -> None:
+        """Train on measured candidates, replacing anything learnt before.
+
+        ``groups`` labels each row with its workload (integers): times are
+        compared only within a group. ``None`` means one group.
+        """
 
     @abc.abstractmethod
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -87,6 +94,18 @@ def check_training_data(features: np.ndarray, seconds: np.ndarray) -> tuple[np.n
         )
     t = np.where(np.isnan(t) | (t <= 0), np.inf, t)
     return x, t
+
+
+def check_groups(groups: np.ndarray | None, n: int) -> np.ndarray:
+    """Integer group labels for ``n`` rows; all zeros when ``groups`` is None."""
+    if groups is None:
+        return np.zeros(n, dtype=np.int64)
+    g = np.asarray(groups)
+    if g.shape != (n,) or not np.issubdtype(g.dtype, np.integer):
+        raise CostModelError(
+            f"groups must be {n} integer labels, one per row, got {g.dtype}{list(g.shape)}"
+        )
+    return g.astype(np.int64)
 
 
 Factory = Callable[..., CostModel]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import CostModel, check_features, check_training_data
+from .base import CostModel, check_features, check_groups, check_training_data
 from .base import register_cost_model as _register
 
 __all__ = ["RandomModel"]
@@ -30,8 +30,11 @@ class RandomModel(CostModel):
     def is_fitted(self) -> bool:
         return True
 
-    def fit(self, features: np.ndarray, seconds: np.ndarray) -> None:
-        check_training_data(features, seconds)
+    def fit(
+        self, features: np.ndarray, seconds: np.ndarray, groups: np.ndarray | None = None
+    ) -> None:
+        x, _ = check_training_data(features, seconds)
+        check_groups(groups, x.shape[0])
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         x = check_features(features)

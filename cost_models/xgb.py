@@ -3,8 +3,10 @@
 The model never predicts seconds: it learns which of two candidates is
 faster, as AutoTVM's XGBoost model does, so that its scores order unmeasured
 programs. Targets are relevances from throughput, ``min(seconds) / seconds``
-in ``(0, 1]``, and ``0`` for failed candidates. All candidates form one
-query group (one workload).
+in ``(0, 1]``, and ``0`` for failed candidates. Candidates of one workload
+form one query group; records of other workloads (transfer) come as groups
+of their own, so the model learns orders within each workload only, from
+features that mean the same across workloads (NaN where one does not apply).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import CostModel, CostModelError, check_features, check_training_data
+from .base import CostModel, CostModelError, check_features, check_groups, check_training_data
 from .base import register_cost_model as _register
 
 __all__ = ["XGBCostModel", "XGBOptions", "relevance"]
@@ -104,14 +106,21 @@ class XGBCostModel(CostModel):
     def is_fitted(self) -> bool:
         return self._booster is not None
 
-    def fit(self, features: np.ndarray, seconds: np.ndarray) -> None:
+    def fit(
+        self, features: np.ndarray, seconds: np.ndarray, groups: np.ndarray | None = None
+    ) -> None:
         x, t = check_training_data(features, seconds)
         self._booster, self._width = None, None
-        rel = relevance(t)
+        labels = check_groups(groups, x.shape[0])
+        # XGBoost wants each query group's rows together; relevance is within a group.
+        order = np.argsort(labels, kind="stable")
+        x, t, labels = x[order], t[order], labels[order]
+        _, starts, sizes = np.unique(labels, return_index=True, return_counts=True)
+        rel = np.concatenate([relevance(t[a : a + n]) for a, n in zip(starts, sizes, strict=True)])
         if x.shape[0] < self.options.min_samples or np.ptp(rel) == 0:
             return
-        data = self._xgb.DMatrix(x, label=rel)
-        data.set_group([x.shape[0]])
+        data = self._xgb.DMatrix(x, label=rel, missing=np.nan)
+        data.set_group(sizes.tolist())
         self._booster = self._xgb.train(
             self.options.params(), data, num_boost_round=self.options.n_estimators
         )

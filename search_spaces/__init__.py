@@ -8,17 +8,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
+from tuner.workload import Workload
 
-__all__ = ["Operator", "OperatorError", "Param", "get_operator", "operators", "register_operator"]
+if TYPE_CHECKING:
+    from records import Record
+
+__all__ = [
+    "Operator",
+    "OperatorError",
+    "Param",
+    "canonical_records",
+    "get_operator",
+    "operators",
+    "register_operator",
+]
 
 
 class OperatorError(ValueError):
@@ -45,7 +59,7 @@ class Operator:
     space: Callable[[Mapping[str, Any]], ConfigSpace]
     schedule: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[Schedule, list[Tensor]]]
     default_config: Callable[[Mapping[str, Any]], dict[str, Any]]
-    reference: Callable[..., np.ndarray]
+    reference: Callable[..., np.ndarray]  # reference(*inputs, **args) -> the output
     flops: Callable[[Mapping[str, Any]], float]
     #: Compulsory memory traffic in bytes (inputs read once, outputs written once),
     #: for reporting memory-bound operators in GB/s; None where FLOPs tell more.
@@ -126,6 +140,15 @@ _REGISTRY: dict[str, Operator] = {}
 
 
 def register_operator(op: Operator) -> Operator:
+    """Make ``op`` known by name. Its reference is called as ``reference(*inputs, **args)``
+    (the parsed arguments as keywords); one that needs no arguments may leave them out.
+    """
+    if not any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in inspect.signature(op.reference).parameters.values()
+    ):
+        plain = op.reference
+        op = dataclasses.replace(op, reference=lambda *inputs, **_: plain(*inputs))
     _REGISTRY[op.name] = op
     return op
 
@@ -146,6 +169,30 @@ def operators() -> list[Operator]:
 
 
 _LOADED = False
+
+
+def canonical_records(records: Iterable[Record]) -> list[Record]:
+    """Records with each workload's arguments completed by its operator's defaults.
+
+    A log written before an operator gained an argument (matmul's ``trans_b``)
+    names its workloads without it; with the default filled in, those records
+    match the workloads they measured. Unknown operators and arguments that
+    no longer parse are left as they are.
+    """
+    out = []
+    cache: dict[str, Workload] = {}
+    for r in records:
+        key = r.workload.key
+        if key not in cache:
+            cache[key] = r.workload
+            try:
+                parsed = get_operator(r.workload.op).parse_args(r.workload.as_dict())
+                cache[key] = Workload.make(r.workload.op, **parsed)
+            except (OperatorError, ValueError):
+                pass
+        w = cache[key]
+        out.append(r if w == r.workload else dataclasses.replace(r, workload=w))
+    return out
 
 
 def _load_builtin() -> None:

@@ -60,6 +60,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         target=ns.target,
         threads=ns.threads,
         storage=ns.storage,
+        transfer_from=tuple(ns.transfer_from),
         measure=MeasureOptions(jobs=ns.jobs),
     )
     # Check what the user typed before drawing a progress bar.
@@ -74,6 +75,9 @@ def cmd_tune(ns: argparse.Namespace) -> int:
             f"unknown strategy {ns.strategy!r}; known strategies: {', '.join(strategies())}"
         )
     Target.from_name(ns.target)
+    for path in ns.transfer_from:
+        if not path.exists():
+            raise FileNotFoundError(f"transfer log {path} does not exist")
     console = Console(stderr=True)
     with TuneDisplay(console, f"{ns.op} {' '.join(ns.args)}", ns.trials) as display:
         result = tune(ns.op, _kv(ns.args), opts, progress=display.update)
@@ -170,7 +174,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
     sched, tensors = template.schedule(f.config, args)
     console.print(str(lower(sched, tensors)), highlight=False, markup=False)
     inputs = template.make_inputs(args)
-    expected = template.reference(*inputs)
+    expected = template.reference(*inputs, **args)
     out = f(*inputs)
     if not np.allclose(out, expected, rtol=1e-3, atol=1e-3):
         raise ValueError(
@@ -182,7 +186,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
         f(*inputs)
         ours.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        template.reference(*inputs)
+        template.reference(*inputs, **args)
         numpy_t.append(time.perf_counter() - t0)
     a, b = statistics.median(ours), statistics.median(numpy_t)
     source = f"record of trial {f.record.trial}" if f.record else "the default schedule"
@@ -235,6 +239,14 @@ def _parser() -> argparse.ArgumentParser:
         "--storage",
         default=None,
         help="Optuna storage URL (e.g. sqlite:///tune.db): keeps the study of every trial, one per workload and target",
+    )
+    p.add_argument(
+        "--transfer-from",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="warm-start the cost model from other workloads' records in LOG (a file or folder; repeatable)",
     )
     p.set_defaults(func=cmd_tune)
 

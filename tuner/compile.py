@@ -37,7 +37,9 @@ class BestRecords:
     """The records of some logs, queried for the best one per workload and target."""
 
     def __init__(self, source: str | Path | Sequence[str | Path]):
-        self.records = load(source)  # type: ignore[arg-type]
+        from search_spaces import canonical_records
+
+        self.records = canonical_records(load(source))  # type: ignore[arg-type]
 
     def lookup(self, workload: Workload, target: Target) -> Record | None:
         return best(self.records, workload, target)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ class TuneOptions:
     target: str = "cpu"
     threads: int | None = None
     storage: str | None = None  # an Optuna storage URL, holding the study of every trial
+    transfer_from: tuple[Path, ...] = ()  # logs whose other workloads warm-start the cost model
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
@@ -92,22 +93,28 @@ def tune(
     if replay is not None:
         space = space.restricted(replay.keys, "measured in the replayed log")
     # One study per workload and target in a storage, whichever strategy runs it.
-    extra = (
+    extra: dict[str, Any] = (
         {"storage": opts.storage, "study_name": f"{workload.key} on {target.kind}"}
         if opts.storage
         else {}
     )
+    featurize = _featurizer(op, args, space)
+    if opts.transfer_from:
+        extra["transfer"] = transfer_data(opts.transfer_from, workload, target, space, featurize)
     strategy = get_strategy(
         opts.strategy,
         space,
         seed=opts.seed,
         workload=workload,
         target=target,
-        features=_featurizer(op, args, space),
+        features=featurize,
         **extra,
     )
 
-    prior = load(opts.log, workload=workload, target_kind=target.kind) if opts.log.exists() else []
+    from search_spaces import canonical_records
+
+    logged = load(opts.log, target_kind=target.kind) if opts.log.exists() else []
+    prior = [r for r in canonical_records(logged) if r.workload == workload]
     measured = _warm_start(strategy, space, prior)
     best = min((r for r in prior if r.ok), key=_median, default=None)
     first_trial = max((r.trial for r in prior), default=-1) + 1
@@ -186,6 +193,67 @@ def _featurizer(op: Any, args: dict[str, Any], space: Any) -> Callable[[Config],
         return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors))])
 
     return features
+
+
+#: At most this many records of each other workload are learnt from (the fastest first).
+TRANSFER_PER_WORKLOAD = 400
+
+
+def transfer_data(
+    logs: Sequence[Path],
+    workload: Workload,
+    target: Target,
+    space: Any,
+    featurize: Callable[[Config], Any],
+) -> tuple[Any, Any, Any] | None:
+    """Features, seconds and group labels of other workloads' records, for the cost model.
+
+    Each other workload of the target's kind is one ranking group. Its configs
+    are lowered with its own arguments, so the loop-nest features describe the
+    program that was timed; the knob part of the features is this space's
+    encoding when the config fits this space, NaN otherwise (XGBoost treats
+    NaN as missing). Records that no longer validate are skipped.
+    """
+    import numpy as np
+
+    from cost_models import loop_features
+    from search_spaces import OperatorError, canonical_records, get_operator
+
+    from .lower.lower import lower
+
+    by_workload: dict[str, list[Record]] = {}
+    for path in logs:
+        for r in canonical_records(load(path, target_kind=target.kind)):
+            if r.workload != workload:
+                by_workload.setdefault(r.workload.key, []).append(r)
+    knob_width = len(space.feature_names())
+    rows, seconds, groups = [], [], []
+    for group, records in enumerate(by_workload.values(), start=1):
+        w = records[0].workload
+        try:
+            other = get_operator(w.op)
+            other_args = other.parse_args(w.as_dict())
+            other_space = other.space(other_args)
+        except (OperatorError, ConfigError):
+            continue
+        records = sorted(records, key=_median)[:TRANSFER_PER_WORKLOAD]
+        for r in records:
+            try:
+                cfg = other_space.validate(r.config)
+                sched, tensors = other.schedule(cfg, other_args)
+                nest = loop_features(lower(sched, tensors))
+            except Exception:  # an older space or a template that changed: skip it
+                continue
+            try:
+                knobs = np.asarray(featurize(space.validate(r.config)))[:knob_width]
+            except ConfigError:
+                knobs = np.full(knob_width, np.nan)
+            rows.append(np.concatenate([knobs, nest]))
+            seconds.append(_median(r))
+            groups.append(group)
+    if not rows:
+        return None
+    return np.vstack(rows), np.asarray(seconds), np.asarray(groups, dtype=np.int64)
 
 
 def _warm_start(strategy: Strategy, space: Any, prior: list[Record]) -> set[str]:

@@ -81,6 +81,8 @@ def test_malformed_data_is_one_clear_error(model: CostModel) -> None:
         model.fit(np.zeros((5, 2)), np.ones(4))
     with pytest.raises(CostModelError, match="2-D"):
         model.predict(np.zeros(3))
+    with pytest.raises(CostModelError, match="integer labels, one per row"):
+        model.fit(np.zeros((5, 2)), np.ones(5), groups=np.zeros(4, dtype=int))
 
 
 # -- XGBoost ----------------------------------------------------------------------
@@ -93,6 +95,24 @@ def test_xgb_ranks_held_out_candidates() -> None:
     assert model.is_fitted
     scores = model.predict(x[200:])
     assert spearman(scores, 1.0 / seconds[200:]) > 0.8
+
+
+def test_xgb_learns_within_groups_of_different_scale() -> None:
+    """Another workload ten times slower: its rows teach the order, not the scale.
+
+    In one group, every pair across the two workloads would teach "the fast
+    workload first" whatever the features; relevance within each group makes
+    both teach the order that feature 3 sets.
+    """
+    x, seconds = synthetic(300, 3)
+    slow = x[:150].copy()
+    slow[:, 2] = np.nan  # a feature that does not apply to the other workload
+    x_all = np.vstack([slow, x[150:250]])
+    t_all = np.concatenate([10 * seconds[:150], seconds[150:250]])
+    groups = np.array([1] * 150 + [0] * 100)
+    model = XGBCostModel()
+    model.fit(x_all, t_all, groups=groups)
+    assert spearman(model.predict(x[250:]), 1.0 / seconds[250:]) > 0.8
 
 
 def test_xgb_is_deterministic() -> None:

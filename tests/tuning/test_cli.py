@@ -24,6 +24,10 @@ GOLDEN = Path(__file__).resolve().parents[1] / "records" / "golden" / "v1.jsonl"
             "unknown strategy 'magic'",
         ),
         (["tune", "matmul", "M=8", "N=8", "K=8", "--target", "tpu"], "unknown target 'tpu'"),
+        (
+            ["tune", "matmul", "M=8", "N=8", "K=8", "--transfer-from", "nope.jsonl"],
+            "transfer log nope.jsonl does not exist",
+        ),
         (["best", "no-such-log.jsonl"], "does not exist"),
         (["show", "no-such-log.jsonl"], "does not exist"),
     ],

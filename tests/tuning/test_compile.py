@@ -68,3 +68,22 @@ def test_outside_apply_best_the_default_is_used_quietly() -> None:
         warnings.simplefilter("error")
         f = tuner.build_op("t_double", N=8)
     assert f.config == {"split": 2}
+
+
+def test_records_from_before_an_argument_existed_still_match(tmp_path: Path) -> None:
+    """matmul gained trans_a/trans_b; a log naming matmul(K,M,N,dtype) is still its record."""
+    from search_spaces import get_operator
+
+    op = get_operator("matmul")
+    args = op.parse_args({"M": 8, "N": 8, "K": 8})
+    cfg = op.default_config(args)
+    old = Workload.make("matmul", M=8, N=8, K=8, dtype="float32")
+    assert "trans_b" not in old.key
+    log = tmp_path / "old.jsonl"
+    with LogWriter(log) as out:
+        out.write(Record.make(old, Target.from_name("cpu"), cfg, samples=(1e-6,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no UntunedWorkloadWarning
+        with tuner.apply_best(log):
+            f = tuner.build_op("matmul", M=8, N=8, K=8)
+    assert f.record is not None and f.record.samples == (1e-6,)

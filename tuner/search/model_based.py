@@ -3,7 +3,9 @@
 Each batch: a pool of unmeasured valid configs (random ones, plus mutations
 of the best measured so far), evolved for a few rounds on the model's
 predictions; the best-predicted are proposed, with a share of random pool
-members kept for exploration. The model refits on every observation. Proposals are enqueued trials of an
+members kept for exploration. The model refits on every observation. With ``transfer`` (records of other
+workloads, ``--transfer-from``) it is fitted before the first batch, each
+workload a ranking group of its own. Proposals are enqueued trials of an
 Optuna study (``KnobStudy``), so ``--storage`` keeps them as it does for the
 Optuna samplers.
 """
@@ -33,11 +35,12 @@ class ModelBasedSearch(Strategy):
         model: str = "xgb",
         features: Featurizer | None = None,
         pool: int = 192,
-        explore: float = 0.25,
+        explore: float = 0.125,
         rounds: int = 2,
         min_observations: int = 8,
         storage: str | None = None,
         study_name: str | None = None,
+        transfer: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         **options: Any,
     ):
         super().__init__(space, seed)
@@ -56,6 +59,11 @@ class ModelBasedSearch(Strategy):
         self.min_observations = min_observations
         self._features: dict[str, np.ndarray] = {}
         self._scores: dict[str, float] = {}
+        #: Other workloads' records: features (as ``features`` makes them), seconds,
+        #: and a group label >= 1 per workload. The model starts from them.
+        self.transfer = transfer
+        if transfer is not None:
+            self._fit()
 
     def _feat(self, cfg: Config) -> np.ndarray:
         f = self._features.get(cfg.key)
@@ -67,11 +75,21 @@ class ModelBasedSearch(Strategy):
         super().observe(observations)
         for cfg, seconds in observations:
             self.study.tell(cfg, seconds)
-        if len(self.history) < self.min_observations:
-            return
-        x = np.stack([self._feat(c) for c, _ in self.history])
-        y = np.array([s for _, s in self.history], dtype=np.float64)
-        self.model.fit(x, y)
+        if len(self.history) >= self.min_observations or self.transfer is not None:
+            self._fit()
+
+    def _fit(self) -> None:
+        """Refit on this workload's observations (group 0) and the transferred records."""
+        parts_x = [np.stack([self._feat(c) for c, _ in self.history])] if self.history else []
+        parts_t = [np.array([s for _, s in self.history], dtype=np.float64)]
+        parts_g = [np.zeros(len(self.history), dtype=np.int64)]
+        if self.transfer is not None:
+            tx, tt, tg = self.transfer
+            parts_x.append(tx)
+            parts_t.append(tt)
+            parts_g.append(tg)
+        if parts_x:
+            self.model.fit(np.vstack(parts_x), np.concatenate(parts_t), np.concatenate(parts_g))
 
     def _score(self, cfgs: list[Config]) -> np.ndarray:
         scores = self.model.predict(np.stack([self._feat(c) for c in cfgs]))
