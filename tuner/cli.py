@@ -69,7 +69,9 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     from .search import StrategyError, strategies
     from .target import Target
 
-    get_operator(ns.op).parse_args(_kv(ns.args))
+    template = get_operator(ns.op)
+    parsed = template.parse_args(_kv(ns.args))
+    traffic = template.bytes_moved(parsed) if template.bytes_moved is not None else None
     if ns.strategy not in strategies():
         raise StrategyError(
             f"unknown strategy {ns.strategy!r}; known strategies: {', '.join(strategies())}"
@@ -79,7 +81,8 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         if not path.exists():
             raise FileNotFoundError(f"transfer log {path} does not exist")
     console = Console(stderr=True)
-    with TuneDisplay(console, f"{ns.op} {' '.join(ns.args)}", ns.trials) as display:
+    title = f"{ns.op} {' '.join(ns.args)}"
+    with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
         result = tune(ns.op, _kv(ns.args), opts, progress=display.update)
     display.summary(result, ns.log)
     return 0

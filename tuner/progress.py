@@ -8,33 +8,49 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from records import Record
+
 from .tune import TuneProgress, TuneResult
 
 
 class TuneDisplay:
-    """trial i/n, this candidate's and the best GFLOP/s, errors so far, ETA."""
+    """trial i/n, this candidate's and the best GFLOP/s (GB/s), errors so far, ETA.
 
-    def __init__(self, console: Console, title: str, total: int):
+    With ``bytes_moved`` (a memory-bound operator's compulsory traffic) the
+    rates are GB/s, which say how close a kernel comes to the memory system.
+    """
+
+    def __init__(self, console: Console, title: str, total: int, bytes_moved: float | None = None):
         self.console = console
+        self.bytes_moved = bytes_moved
+        self.unit = "GB/s" if bytes_moved else "GFLOP/s"
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn(
-                "now {task.fields[now]:>8}  best {task.fields[best]:>8} GFLOP/s  errors {task.fields[errors]}"
+                "now {task.fields[now]:>8}  best {task.fields[best]:>8} "
+                + self.unit
+                + "  errors {task.fields[errors]}"
             ),
             TimeRemainingColumn(),
             console=console,
         )
         self.task = self.progress.add_task(title, total=total, now="-", best="-", errors=0)
 
+    def rate(self, record: Record) -> float | None:
+        """GB/s or GFLOP/s of a successful record; None when there is no figure."""
+        if not record.ok:
+            return None
+        if self.bytes_moved:
+            return self.bytes_moved / record.median / 1e9
+        return record.gflops or None
+
     def update(self, p: TuneProgress) -> None:
-        now = (
-            f"{p.record.gflops:.1f}"
-            if p.record.ok and p.record.gflops
-            else p.record.error_kind.value
-        )
-        best = f"{p.best.gflops:.1f}" if p.best is not None and p.best.gflops else "-"
+        rate = self.rate(p.record)
+        now = f"{rate:.1f}" if rate is not None else p.record.error_kind.value
+        best_rate = self.rate(p.best) if p.best is not None else None
+        best = f"{best_rate:.1f}" if best_rate is not None else "-"
         self.progress.update(self.task, completed=p.trial, now=now, best=best, errors=p.errors)
 
     def summary(self, r: TuneResult, log: Path) -> None:
@@ -45,7 +61,8 @@ class TuneDisplay:
         if r.best is None:
             c.print("no candidate ran correctly yet")
         else:
-            gf = f"{r.best.gflops:.1f} GFLOP/s, " if r.best.gflops else ""
+            rate = self.rate(r.best)
+            gf = f"{rate:.1f} {self.unit}, " if rate is not None else ""
             c.print(
                 f"best: {gf}{r.best.median * 1e3:.3f} ms (trial {r.best.trial}) {r.best.config}"
             )

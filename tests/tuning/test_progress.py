@@ -1,0 +1,34 @@
+"""The live display: rates in GFLOP/s, or GB/s for memory-bound operators."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from records import Record
+from tuner.progress import TuneDisplay
+from tuner.target import Target
+from tuner.tune import TuneProgress, TuneResult
+from tuner.workload import Workload
+
+
+def _show(bytes_moved: float | None) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    w, t = Workload.make("softmax", M=4, N=8), Target.from_name("cpu")
+    rec = Record.make(w, t, {"a": 1}, samples=(2e-3,), flops=4e9, trial=0)
+    with TuneDisplay(console, "softmax M=4 N=8", 1, bytes_moved=bytes_moved) as d:
+        d.update(TuneProgress(1, 1, rec, rec, 0, 0.1))
+    d.summary(TuneResult(w, t, 1, 0, 0, rec, 0.1, "trial budget reached"), Path("t.jsonl"))
+    return out.getvalue()
+
+
+def test_compute_bound_rates_are_gflops() -> None:
+    assert "best: 2000.0 GFLOP/s, 2.000 ms" in _show(None)
+
+
+def test_memory_bound_rates_are_gbytes_per_second() -> None:
+    text = _show(bytes_moved=6e9)
+    assert "best: 3000.0 GB/s, 2.000 ms" in text and "GFLOP/s" not in text
