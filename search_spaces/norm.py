@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,7 @@ from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
-from . import softmax
+from . import Operator, softmax
 
 __all__ = [
     "batch_norm_bytes",
@@ -319,19 +320,18 @@ def _batch_norm_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     return batch_norm_reference(x, mean, var, gamma, beta, eps=_eps(args))
 
 
+@dataclass(frozen=True)
+class _BatchNormOperator(Operator):
+    """Batch norm draws running variances in [0.1, 1.1]: a variance is never negative."""
+
+    def make_inputs(self, args: Mapping[str, Any], seed: int = 0) -> list[np.ndarray]:
+        arrays = super().make_inputs(args, seed)
+        arrays[2] = (np.abs(arrays[2]) + 0.1).astype(arrays[2].dtype)
+        return arrays
+
+
 def _register() -> None:
-    from dataclasses import dataclass
-
-    from . import Operator, Param, register_operator
-
-    @dataclass(frozen=True)
-    class _BatchNormOperator(Operator):
-        """Batch norm draws running variances in [0.1, 1.1]: a variance is never negative."""
-
-        def make_inputs(self, args: Mapping[str, Any], seed: int = 0) -> list[np.ndarray]:
-            arrays = super().make_inputs(args, seed)
-            arrays[2] = (np.abs(arrays[2]) + 0.1).astype(arrays[2].dtype)
-            return arrays
+    from . import Param, register_operator
 
     eps = Param("eps", str, str(EPS), doc="added to the variance (PyTorch's default 1e-05)")
     register_operator(
