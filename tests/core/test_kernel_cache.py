@@ -52,3 +52,19 @@ def test_a_fresh_process_loads_the_cached_kernel(tmp_path: Path) -> None:
     # Build times are measured by experiments/bench_build_cache.py; here: compiled, then loaded.
     assert first.stdout.split()[-2] == "False"
     assert second.stdout.split()[-2] == "True"
+
+
+def test_a_changed_runtime_helper_means_a_new_kernel(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Numba's cache checks only the kernel's file: the runtime's hash is in the kernel's name."""
+    import tuner
+    from tuner import te
+    from tuner.codegen import build as build_module
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    A = te.placeholder((8,), "float32", name="A")
+    B = te.compute((8,), lambda i: te.exp(A[i]), name="B")
+    s = te.create_schedule(B)
+    first = tuner.build(s, [A, B])._fn.__module__
+    monkeypatch.setattr(build_module, "_RUNTIME_FINGERPRINT", "an edited exp32")
+    second = tuner.build(s, [A, B])._fn.__module__
+    assert first != second and first.startswith("k_") and second.startswith("k_")

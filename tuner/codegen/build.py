@@ -3,7 +3,8 @@
 The generated source is written as a module ``k_<hash>.py`` into the cache
 folder and imported, so Numba's own disk cache (``cache=True``) works: a
 kernel compiled once is loaded, not recompiled, by the next process. The hash
-covers the source, the compiler flags, Numba's version and the target.
+covers the source, the compiler flags, Numba's version, the target and the
+runtime helpers the kernel imports.
 """
 
 from __future__ import annotations
@@ -191,12 +192,31 @@ def _import(path: Path, name: str, source: str, vec: str) -> ModuleType:
     return module
 
 
+def _runtime_fingerprint() -> str:
+    """A hash of the helpers generated kernels import (exp32, parallel_for, ...).
+
+    Numba's disk cache checks only the kernel's own module file, so a change
+    to a helper it calls must change the kernel's name to be recompiled.
+    """
+    global _RUNTIME_FINGERPRINT
+    if _RUNTIME_FINGERPRINT is None:
+        here = Path(__file__).parent
+        text = b"".join((here / name).read_bytes() for name in ("runtime.py", "threads.py"))
+        _RUNTIME_FINGERPRINT = hashlib.sha256(text).hexdigest()
+    return _RUNTIME_FINGERPRINT
+
+
+_RUNTIME_FINGERPRINT: str | None = None
+
+
 def compile_lowered(
     func: LoweredFunc, target: Target, options: BuildOptions = BuildOptions()
 ) -> Kernel:
     vec = _vectorizer(func, options)
     source = _module_source(func, vec, options)
-    key = hashlib.sha256((source + target.fingerprint + repr(options)).encode()).hexdigest()[:20]
+    key = hashlib.sha256(
+        (source + target.fingerprint + repr(options) + _runtime_fingerprint()).encode()
+    ).hexdigest()[:20]
     name = f"k_{key}"
     if name in sys.modules:
         return Kernel(func, source, sys.modules[name], target)
