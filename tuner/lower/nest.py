@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..schedule.state import ScheduleError, Stage
 from ..te.expr import Binary, Const, Expr, Reduce, TensorRead, Var, substitute, walk
-from .context import Cache, Env, identity, leaf_extents
+from .context import Cache, Env, const_int, identity, leaf_extents
 from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
 from .simplify import Linear, bounds, linear, render_linear, simplify
 
@@ -161,17 +161,68 @@ class _NestBuilder:
         e.caches.pop(drop, None)
         return e
 
+    def _reads_of(self, name: str) -> list[tuple[Expr, ...]]:
+        """Where this stage's body reads tensor ``name``, in absolute coordinates."""
+        reads = [n for n in walk(self.body) if isinstance(n, TensorRead) and n.tensor.name == name]
+        return [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]
+
+    def _sibling_reads(
+        self, child: Stage, p: int, inner: dict[str, int], env: Env
+    ) -> list[tuple[Expr, ...]] | None:
+        """Reads of ``child`` by the other stages computed inside this loop.
+
+        A sibling attached at this loop or a deeper one computes its region of
+        the loop's iterations there, reading ``child`` over its own axes and
+        reduction axes: those reads widen ``child``'s region. Each of the
+        sibling's axes becomes an inner variable (added to ``inner``) over the
+        sibling's region. ``None`` when a reader sits deeper still (inside a
+        sibling's nest): the caller then computes the whole tensor.
+        """
+        lw = self.lw
+        here = set(self.leaves[p:])
+        exprs: list[tuple[Expr, ...]] = []
+        for r in lw.state.stages:
+            if r.name in (child.name, self.stage.name) or r.attach.kind == "inline":
+                continue
+            if r.origin != "compute" or child.name not in lw._reads(r):
+                continue
+            if r.attach.kind != "at" or r.attach.parent != self.stage.name:
+                return None
+            if r.attach.axis not in here:
+                raise ScheduleError(
+                    f"compute_at({child.name}, {self.stage.name}): {r.name} reads {child.name} at "
+                    f"loop {r.attach.axis}, outside the loop {child.name} is computed in; "
+                    f"compute {child.name} at {r.attach.axis} or further out"
+                )
+            r_base, r_widths = lw.region(r, self.stage, self._reads_of(r.name), inner, env)
+            axes = [a.name for a in r.tensor.op.axis]  # type: ignore[union-attr]
+            values: dict[str, Expr] = {}
+            for a, b, w in zip(axes, r_base, r_widths, strict=True):
+                v = f"{r.name}.{a}"
+                inner[v] = w
+                values[a] = b + Var(v)
+            for a in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
+                v = f"{r.name}.{a.name}"
+                inner[v] = const_int(r.axis(a.name).extent, f"reduce axis {a.name}")
+                values[a.name] = Var(v)
+            for n in walk(lw.bodies[r.name]):
+                if isinstance(n, TensorRead) and n.tensor.name == child.name:
+                    exprs.append(tuple(simplify(substitute(i, values)) for i in n.indices))
+        return exprs
+
     def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
         inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
         if child.origin == "cache_write":
             exprs = [tuple(self.absolute[a] for a in self.op_axes)]
         else:
-            reads = [
-                n
-                for n in walk(self.body)
-                if isinstance(n, TensorRead) and n.tensor.name == child.name
-            ]
-            exprs = [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]
+            exprs = self._reads_of(child.name)
+            if child.origin == "compute":
+                siblings = self._sibling_reads(child, p, inner, env)
+                if siblings is None:  # read deeper than this nest sees: compute all of it
+                    shape = self.lw.shapes[child.name]
+                    exprs = [tuple(Const(0) for _ in shape), tuple(Const(d - 1) for d in shape)]
+                else:
+                    exprs += siblings
         base, widths = self.lw.region(child, self.stage, exprs, inner, env)
         if child.origin == "compute":
             return [self.lw.stage_nest(child, env, (base, widths))]

@@ -1,0 +1,65 @@
+"""Bounds inference when several stages computed in one loop read each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tuner
+from tuner import te
+from tuner.schedule import ScheduleError
+
+
+def _stages():  # type: ignore[no-untyped-def]
+    A = te.placeholder((4, 8), "float32", name="A")
+    B = te.compute((4, 8), lambda i, j: A[i, j] + 1, name="B")
+    k = te.reduce_axis(8, name="k")
+    P = te.compute((4,), lambda i: te.sum(B[i, k], axis=k), name="P")
+    C = te.compute((4,), lambda i: P[i] + B[i, 7], name="C")
+    return A, B, P, C
+
+
+def test_a_stage_read_by_a_sibling_covers_the_siblings_reads() -> None:
+    """C reads one column of B, P (computed beside B) the whole row: B's row is computed."""
+    A, B, P, C = _stages()
+    s = te.create_schedule(C)
+    s[B].compute_at(s[C], s[C].op.axis[0])
+    s[P].compute_at(s[C], s[C].op.axis[0])
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    c = np.full(4, np.nan, np.float32)
+    tuner.build(s, [A, C])(a, c)
+    b = a + 1
+    np.testing.assert_allclose(c, b.sum(1) + b[:, 7])
+
+
+def test_a_sibling_deeper_in_the_loop_widens_the_region_too() -> None:
+    A = te.placeholder((6, 8), "float32", name="A")
+    B = te.compute((6, 8), lambda i, j: A[i, j] * 2, name="B")
+    k = te.reduce_axis(8, name="k")
+    P = te.compute((6,), lambda i: te.max(B[i, k], axis=k), name="P")
+    C = te.compute((6, 8), lambda i, j: B[i, 0] - P[i] + j, name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    io, ii = s[C].split(i, factor=2)
+    s[B].compute_at(s[C], io)
+    s[P].compute_at(s[C], ii)
+    a = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    c = np.full((6, 8), np.nan, np.float32)
+    tuner.build(s, [A, C])(a, c)
+    b = a * 2
+    np.testing.assert_allclose(c, b[:, :1] - b.max(1, keepdims=True) + np.arange(8), rtol=1e-6)
+
+
+def test_a_sibling_at_an_outer_loop_cannot_read_a_stage_computed_inside() -> None:
+    A = te.placeholder((6, 8), "float32", name="A")
+    B = te.compute((6, 8), lambda i, j: A[i, j] * 2, name="B")
+    k = te.reduce_axis(8, name="k")
+    P = te.compute((6,), lambda i: te.max(B[i, k], axis=k), name="P")
+    C = te.compute((6, 8), lambda i, j: B[i, j] - P[i], name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    io, ii = s[C].split(i, factor=2)
+    s[B].compute_at(s[C], ii)
+    s[P].compute_at(s[C], io)
+    with pytest.raises(ScheduleError, match="P reads B at loop i_o, outside the loop B is computed in"):
+        tuner.lower(s, [A, C])
