@@ -61,5 +61,7 @@ def test_a_sibling_at_an_outer_loop_cannot_read_a_stage_computed_inside() -> Non
     io, ii = s[C].split(i, factor=2)
     s[B].compute_at(s[C], ii)
     s[P].compute_at(s[C], io)
-    with pytest.raises(ScheduleError, match="P reads B at loop i_o, outside the loop B is computed in"):
+    with pytest.raises(
+        ScheduleError, match="P reads B at loop i_o, outside the loop B is computed in"
+    ):
         tuner.lower(s, [A, C])
