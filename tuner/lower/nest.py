@@ -171,44 +171,82 @@ class _NestBuilder:
     ) -> list[tuple[Expr, ...]] | None:
         """Reads of ``child`` by the other stages computed inside this loop.
 
-        A sibling attached at this loop or a deeper one computes its region of
-        the loop's iterations there, reading ``child`` over its own axes and
-        reduction axes: those reads widen ``child``'s region. Each of the
-        sibling's axes becomes an inner variable (added to ``inner``) over the
-        sibling's region. ``None`` when a reader sits deeper still (inside a
-        sibling's nest): the caller then computes the whole tensor.
+        A stage computed at this loop or a deeper one, or inside such a stage's
+        nest, runs over a box of its iterations there (``_box``), reading
+        ``child`` over its own axes and reduction axes: those reads widen
+        ``child``'s region. ``None`` when a box cannot be inferred (the caller
+        then computes the whole tensor).
         """
         lw = self.lw
-        here = set(self.leaves[p:])
         exprs: list[tuple[Expr, ...]] = []
+        boxes: dict[str, dict[str, Expr] | None] = {}
         for r in lw.state.stages:
             if r.name in (child.name, self.stage.name) or r.attach.kind == "inline":
                 continue
             if r.origin != "compute" or child.name not in lw._reads(r):
                 continue
-            if r.attach.kind != "at" or r.attach.parent != self.stage.name:
+            top = r
+            while top.attach.kind == "at" and top.attach.parent != self.stage.name:
+                top = lw.state.stage(top.attach.parent)
+            if top.attach.kind != "at":
                 return None
-            if r.attach.axis not in here:
+            if top.attach.axis not in self.leaves[p:]:
                 raise ScheduleError(
                     f"compute_at({child.name}, {self.stage.name}): {r.name} reads {child.name} at "
-                    f"loop {r.attach.axis}, outside the loop {child.name} is computed in; "
-                    f"compute {child.name} at {r.attach.axis} or further out"
+                    f"loop {top.attach.axis}, outside the loop {child.name} is computed in; "
+                    f"compute {child.name} at {top.attach.axis} or further out"
                 )
-            r_base, r_widths = lw.region(r, self.stage, self._reads_of(r.name), inner, env)
-            axes = [a.name for a in r.tensor.op.axis]  # type: ignore[union-attr]
-            values: dict[str, Expr] = {}
-            for a, b, w in zip(axes, r_base, r_widths, strict=True):
-                v = f"{r.name}.{a}"
-                inner[v] = w
-                values[a] = b + Var(v)
-            for a in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
-                v = f"{r.name}.{a.name}"
-                inner[v] = const_int(r.axis(a.name).extent, f"reduce axis {a.name}")
-                values[a.name] = Var(v)
+            values = self._box(r, inner, env, boxes)
+            if values is None:
+                return None
             for n in walk(lw.bodies[r.name]):
                 if isinstance(n, TensorRead) and n.tensor.name == child.name:
                     exprs.append(tuple(simplify(substitute(i, values)) for i in n.indices))
         return exprs
+
+    def _box(
+        self,
+        r: Stage,
+        inner: dict[str, int],
+        env: Env,
+        boxes: dict[str, dict[str, Expr] | None],
+    ) -> dict[str, Expr] | None:
+        """Values of ``r``'s axes over the iterations it runs inside this loop.
+
+        Each axis becomes base + a new inner variable (added to ``inner``)
+        over the region its parent reads of it; the parent is this stage or,
+        recursively, another stage computed inside this loop.
+        """
+        if r.name in boxes:
+            return boxes[r.name]
+        lw = self.lw
+        boxes[r.name] = None
+        parent = r.attach.parent
+        if parent == self.stage.name:
+            exprs = self._reads_of(r.name)
+        else:
+            q = lw.state.stage(parent)
+            q_values = self._box(q, inner, env, boxes) if q.origin == "compute" else None
+            if q_values is None:
+                return None
+            exprs = [
+                tuple(simplify(substitute(i, q_values)) for i in n.indices)
+                for n in walk(lw.bodies[q.name])
+                if isinstance(n, TensorRead) and n.tensor.name == r.name
+            ]
+        base, widths = lw.region(r, self.stage, exprs, inner, env)
+        values: dict[str, Expr] = {}
+        axes = [a.name for a in r.tensor.op.axis]  # type: ignore[union-attr]
+        for a, b, w in zip(axes, base, widths, strict=True):
+            v = f"{r.name}.{a}"
+            inner[v] = w
+            values[a] = b + Var(v)
+        for ra in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
+            v = f"{r.name}.{ra.name}"
+            inner[v] = const_int(r.axis(ra.name).extent, f"reduce axis {ra.name}")
+            values[ra.name] = Var(v)
+        boxes[r.name] = values
+        return values
 
     def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
         inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
