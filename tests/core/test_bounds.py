@@ -65,3 +65,25 @@ def test_a_sibling_at_an_outer_loop_cannot_read_a_stage_computed_inside() -> Non
         ScheduleError, match="P reads B at loop i_o, outside the loop B is computed in"
     ):
         tuner.lower(s, [A, C])
+
+
+def test_a_reader_nested_inside_a_sibling_gets_its_box_not_the_whole_tensor() -> None:
+    """Lane partials inside a row sum read one row of B: B is computed one row at a time."""
+    A = te.placeholder((4, 8), "float32", name="A")
+    B = te.compute((4, 8), lambda i, j: A[i, j] + 1, name="B")
+    k = te.reduce_axis(2, name="k")
+    part = te.compute((4, 4), lambda i, lane: te.sum(B[i, 4 * k + lane], axis=k), name="part")
+    m = te.reduce_axis(4, name="m")
+    P = te.compute((4,), lambda i: te.sum(part[i, m], axis=m), name="P")
+    C = te.compute((4, 8), lambda i, j: B[i, j] / P[i], name="C")
+    s = te.create_schedule(C)
+    row = s[C].op.axis[0]
+    s[B].compute_at(s[C], row)
+    s[P].compute_at(s[C], row)
+    s[part].compute_at(s[P], s[P].op.axis[0])
+    assert "for B_i in range(1):" in str(tuner.lower(s, [A, C]))
+    a = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    c = np.full((4, 8), np.nan, np.float32)
+    tuner.build(s, [A, C])(a, c)
+    b = a + 1
+    np.testing.assert_allclose(c, b / b.sum(1, keepdims=True), rtol=1e-5)
