@@ -118,6 +118,13 @@ def _reference(op: Any, inputs: list[np.ndarray], args: dict[str, Any]) -> np.nd
     return np.asarray(op.reference(*inputs, **args))
 
 
+#: Seconds of rest before each timed block. OpenBLAS's and OpenMP's worker
+#: threads spin for about 0.1 s after a call; without the rest they took the
+#: second core from whatever ran next (a 2-thread matmul 512 went from 2.7 to
+#: 5.9 ms right after NumPy's calls).
+IDLE_BETWEEN_PEERS = 0.25
+
+
 def time_rounds(fns: dict[str, Peer], rounds: int, min_sample: float) -> dict[str, float]:
     """Median seconds per call of each function, over interleaved rounds (order rotates)."""
     reps = {}
@@ -137,6 +144,7 @@ def time_rounds(fns: dict[str, Peer], rounds: int, min_sample: float) -> dict[st
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             fn, n = fns[name], reps[name]
+            time.sleep(IDLE_BETWEEN_PEERS)
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
