@@ -59,3 +59,12 @@ def test_a_build_timeout_is_recorded_and_the_pool_recovers() -> None:
     with Measurer(opts) as m:
         first = m.measure([cand("t_double", split=4)])
     assert first[0].error_kind == ErrorKind.COMPILE_TIMEOUT
+
+
+def test_samples_are_spread_over_passes() -> None:
+    from tuner.measure.measurer import _shares
+
+    assert _shares(5, 3) == [2, 2, 1]
+    assert _shares(2, 3) == [1, 1]
+    assert _shares(4, 1) == [4]
+    assert sum(_shares(7, 3)) == 7

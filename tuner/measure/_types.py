@@ -16,6 +16,9 @@ class MeasureOptions:
     build_timeout: float = 120.0  # seconds per build
     run_timeout: float = 60.0  # seconds per candidate run (check + all samples)
     samples: int = 5  # timing samples kept, ranked by their median
+    # The samples are taken in this many passes over a batch, so that each
+    # candidate's median spans the batch's time rather than one moment of it.
+    passes: int = 3
     min_sample_seconds: float = 0.02  # repetitions per sample are scaled up to this
     warmup: int = 1
     rtol: float = 1e-3
