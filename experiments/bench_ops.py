@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from bench_schedules import cpus_available  # noqa: E402
+from bench_schedules import cpus_available, thread_env  # noqa: E402
 
 from search_spaces import OperatorError, get_operator  # noqa: E402
 
@@ -356,13 +355,7 @@ def time_all(
 ) -> list[dict[str, Any]]:
     rows = []
     for t in (int(x) for x in opts.threads.split(",")):
-        env = dict(
-            os.environ,
-            OPENBLAS_NUM_THREADS=str(t),
-            OMP_NUM_THREADS=str(t),
-            NUMBA_NUM_THREADS=str(t),
-            OMP_WAIT_POLICY="passive",
-        )
+        env = thread_env(t)
         before = cpus_available()
         cmd = [
             sys.executable,

@@ -122,6 +122,17 @@ def _spin(seconds: float) -> float:
     return time.process_time() - c0
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment of a timing process with ``threads`` threads in every pool (BLAS, OpenMP, Numba)."""
+    return dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        NUMBA_NUM_THREADS=str(threads),
+        OMP_WAIT_POLICY="passive",
+    )
+
+
 def cpus_available(seconds: float = 0.5) -> float:
     """CPUs two busy processes get together: about 2 on a quiet 2-core machine.
 
@@ -151,13 +162,7 @@ def main() -> None:
         return
     rows: list[dict[str, str]] = []
     for t in (int(x) for x in args.threads.split(",")):
-        env = dict(
-            os.environ,
-            OPENBLAS_NUM_THREADS=str(t),
-            OMP_NUM_THREADS=str(t),
-            NUMBA_NUM_THREADS=str(t),
-            OMP_WAIT_POLICY="passive",
-        )
+        env = thread_env(t)
         probe_before = cpus_available()
         cmd = [
             sys.executable,
