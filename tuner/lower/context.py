@@ -11,7 +11,7 @@ from ..te.expr import Const, Expr
 from .ir import Buffer
 from .simplify import Ranges
 
-__all__ = ["Cache", "Env", "forward", "identity", "leaf_extents", "root_values"]
+__all__ = ["Cache", "Env", "Padding", "forward", "identity", "leaf_extents", "root_values"]
 
 
 def identity(combiner: str, dtype: str) -> Const:
@@ -34,6 +34,21 @@ class Cache:
 
 
 @dataclass
+class Padding:
+    """An edge tile computed whole: ``owner``'s spatial loops keep their full extent.
+
+    ``last`` holds each such loop's last valid value (the tile runs only when
+    every one is >= 0); reads clamp their indices into their buffers. ``ok``
+    turns false when a store of the padded loops would leave its buffer (the
+    tile's buffer is clipped to the tensor): the tile then keeps bounded loops.
+    """
+
+    owner: object
+    last: dict[str, Expr] = field(default_factory=dict)
+    ok: bool = True
+
+
+@dataclass
 class Env:
     ranges: Ranges = field(default_factory=dict)
     parallel: str = ""
@@ -42,10 +57,17 @@ class Env:
     # While building the full-tile version of a register tile: the conditions
     # under which skipping a loop bound is exact (shared with child envs).
     specialize: list[Expr] | None = None
+    # While building the padded edge version of a register tile (shared with child envs).
+    pad: Padding | None = None
 
     def child(self) -> Env:
         return Env(
-            dict(self.ranges), self.parallel, dict(self.caches), set(self.names), self.specialize
+            dict(self.ranges),
+            self.parallel,
+            dict(self.caches),
+            set(self.names),
+            self.specialize,
+            self.pad,
         )
 
 

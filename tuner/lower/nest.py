@@ -5,8 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..schedule.state import ScheduleError, Stage
-from ..te.expr import Binary, Const, Expr, Reduce, TensorRead, Var, substitute, walk
-from .context import Cache, Env, const_int, identity, leaf_extents
+from ..te.expr import (
+    Binary,
+    Const,
+    Expr,
+    IterVar,
+    Reduce,
+    TensorRead,
+    Var,
+    substitute,
+    transform,
+    walk,
+)
+from .context import Cache, Env, Padding, const_int, identity, leaf_extents
 from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
 from .simplify import Linear, bounds, linear, render_linear, simplify
 
@@ -80,6 +91,7 @@ class _NestBuilder:
             env.parallel = var.name
         extent: Expr = Const(full)
         guards: list[Expr] = []
+        pad = env.pad.last if env.pad and env.pad.owner is self and axis.kind != "reduce" else None
         for e, bound in self.conds.get(p, []):
             if mode == "init" and _free(e) & self.reduce_vars:
                 continue
@@ -93,7 +105,16 @@ class _NestBuilder:
                 continue
             if tight is None:
                 guards.append(simplify(Binary("sub", e, Const(bound), "int64") < 0, env.ranges))
-            elif not (isinstance(tight, Const) and int(tight.value) >= full):
+            elif isinstance(tight, Const) and int(tight.value) >= full:
+                continue
+            elif pad is not None:
+                last = simplify(tight - 1, env.ranges)
+                pad[var.name] = (
+                    simplify(Binary("min", pad[var.name], last, "int64"), env.ranges)
+                    if var.name in pad
+                    else last
+                )
+            else:
                 extent = simplify(Binary("min", extent, tight, "int64"), env.ranges)
         stmts: list[Stmt] = []
         allocs: list[Buffer] = []
@@ -123,15 +144,21 @@ class _NestBuilder:
         """Load (if partial sums exist), compute and store back a cached tile.
 
         Tiles that lie wholly inside the tensor get a copy of the code with
-        constant loop extents (unrolled and vectorized by LLVM); edge tiles keep
-        the bounded loops.
+        constant loop extents (unrolled and vectorized by LLVM). Edge tiles
+        load and store back only their valid part, but compute the whole tile
+        (``pad``): the spatial loops keep their constant extents and reads
+        clamp their indices into their buffers, so the rows and columns past
+        the edge compute throwaway values in the tile's spare registers. This
+        keeps edge tiles vectorized; a bounded reduction loop stays bounded.
         """
         load_first = self.first_reduce is not None and self.first_reduce <= p
         region = (local.base, local.root_extents)
 
-        def tile(spec: list[Expr] | None) -> Stmt:
+        def tile(spec: list[Expr] | None, pad: bool = False) -> Stmt | None:
             e = env.child()
             e.specialize = spec
+            if pad:
+                e.pad = Padding(self)
             parts = []
             if load_first:
                 parts.append(
@@ -139,13 +166,23 @@ class _NestBuilder:
                         local.stage, self.env_for(e, drop=local.stage.source), region
                     )
                 )
-            parts.append(self._loops(p + 1, e, mode))
+            compute = self._loops(p + 1, e, mode)
+            if e.pad is not None and e.pad.last:
+                # A tile wholly past the edge has no valid index to clamp to.
+                nonempty = [simplify(last >= 0, env.ranges) for last in e.pad.last.values()]
+                if not e.pad.ok or any(not _free(c) <= set(env.ranges) for c in nonempty):
+                    return None
+                compute = _guard(nonempty, compute)
+            parts.append(compute)
             parts.append(self._write_back(local, e))
             return seq(parts)
 
-        edge = tile(None)
+        edge = None if self._attached_inside(p) else tile(None, pad=True)
+        edge = edge or tile(None)
+        assert edge is not None
         conds: list[Expr] = []
         full = tile(conds)
+        assert full is not None
         live = list(dict.fromkeys(c for c in conds if not (isinstance(c, Const) and c.value)))
         if not live:
             return full
@@ -155,6 +192,14 @@ class _NestBuilder:
         for c in live[1:]:
             cond = cond & c
         return If(cond, full, edge)
+
+    def _attached_inside(self, p: int) -> bool:
+        """Whether another stage is computed at one of this nest's loops below ``p``."""
+        inside = set(self.leaves[p + 1 :])
+        return any(
+            c.attach.kind == "at" and c.attach.parent == self.stage.name and c.attach.axis in inside
+            for c in self.lw.state.stages
+        )
 
     def env_for(self, env: Env, drop: str) -> Env:
         e = env.child()
@@ -294,18 +339,72 @@ class _NestBuilder:
         idx = tuple(self.absolute[a] for a in self.op_axes)
         target = self.lw.load(_read(stage, idx), env)
         assert isinstance(target, Load)
+        value = self.body.source if isinstance(self.body, Reduce) else self.body
+        if env.pad is not None and env.pad.owner is self and env.pad.last:
+            env.pad.ok &= self._inside(target, env)
+            value = self._padded(value, env)
+        else:
+            value = self.lw.expr(substitute(value, self.absolute), env)
         if not isinstance(self.body, Reduce):
-            value = self.lw.expr(substitute(self.body, self.absolute), env)
             return Store(target.buffer, target.indices, simplify(value, env.ranges))
         if mode == "init":
             return Store(
                 target.buffer, target.indices, identity(self.body.combiner, self.body.dtype)
             )
-        update = simplify(
-            self.lw.expr(substitute(self.body.source, self.absolute), env), env.ranges
-        )
+        update = simplify(value, env.ranges)
         op = {"sum": "add", "max": "max", "min": "min"}[self.body.combiner]
         return Store(target.buffer, target.indices, Binary(op, target, update, self.body.dtype))
+
+    def _padded(self, e: Expr, env: Env) -> Expr:
+        """``e`` at the loops' values, each read's indices clamped into its buffer.
+
+        A valid iteration reads inside every buffer, so the clamps change
+        nothing there; past the edge they keep the padded lanes' reads in
+        bounds. Only a bound the loops' ranges could cross is clamped, so a
+        vector read along the tile stays a vector read.
+        """
+
+        def read(n: Expr) -> Expr | None:
+            if isinstance(n, Var | IterVar):
+                return self.absolute.get(n.name)
+            if not isinstance(n, TensorRead):
+                return None
+            idx = tuple(transform(i, read) for i in n.indices)
+            load = self.lw.load(TensorRead(n.tensor, idx, n.dtype), env)
+            shape = self._shape(load.buffer, env) if isinstance(load, Load) else None
+            if shape is None:
+                raise AssertionError(f"a read of {n.tensor.name} has no buffer")
+            assert isinstance(load, Load)
+            return Load(
+                load.buffer,
+                tuple(_clamp(i, d, env) for i, d in zip(load.indices, shape, strict=True)),
+                load.dtype,
+            )
+
+        return transform(e, read)
+
+    def _shape(self, buffer: str, env: Env) -> tuple[int, ...] | None:
+        return next(
+            (c.buffer.shape for c in env.caches.values() if c.buffer.name == buffer),
+            self.lw.shapes.get(buffer),
+        )
+
+    def _inside(self, load: Load, env: Env) -> bool:
+        """Whether ``load`` stays inside its buffer over the loops' full ranges."""
+        shape = self._shape(load.buffer, env)
+        return shape is not None and all(
+            _clamp(i, d, env) is i for i, d in zip(load.indices, shape, strict=True)
+        )
+
+
+def _clamp(i: Expr, extent: int, env: Env) -> Expr:
+    """``i`` kept inside ``[0, extent)`` where the loops' ranges let it leave."""
+    b = bounds(i, env.ranges)
+    if b is None or b[1] >= extent:
+        i = Binary("min", i, Const(extent - 1), "int64")
+    if b is None or b[0] < 0:
+        i = Binary("max", i, Const(0), "int64")
+    return i
 
 
 def _read(stage: Stage, idx: tuple[Expr, ...]) -> TensorRead:
