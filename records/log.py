@@ -17,14 +17,14 @@ import json
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
 from tuner.target import Target
 from tuner.workload import Workload
 
-from .format import Record, RecordError, RecordVersionError, config_key
+from .format import ErrorKind, Record, RecordError, RecordVersionError, config_key
 
 __all__ = [
     "LogWriter",
@@ -210,9 +210,33 @@ def load(
 
 
 def _fastest(records: Iterable[Record]) -> Record | None:
-    """The ok record with the lowest median (the first one on ties), if any."""
-    candidates = [r for r in records if r.ok and r.samples]
-    return min(candidates, key=lambda r: r.median, default=None)
+    """The fastest config, judged on the median of all its samples, if any ran correctly.
+
+    A config measured more than once (re-timed at the end of a tune, or by two
+    tuners sharing a log) on one machine is judged on its records' samples
+    pooled, so one lucky measurement does not win on its own; a config that
+    ever gave a wrong answer is never chosen. Returns the config's latest ok
+    record, carrying the pooled samples when there are several. Ties go to
+    the config seen first.
+    """
+    groups: dict[tuple[str, str, str], list[Record]] = {}
+    wrong: set[tuple[str, str, str]] = set()
+    for r in records:
+        key = (r.workload.key, r.target.fingerprint, config_key(r.config))
+        if r.error_kind is ErrorKind.WRONG_ANSWER:
+            wrong.add(key)
+        elif r.ok and r.samples:
+            groups.setdefault(key, []).append(r)
+    best: Record | None = None
+    for key, group in groups.items():
+        if key in wrong:
+            continue
+        latest = max(group, key=lambda r: r.timestamp)
+        if len(group) > 1:
+            latest = replace(latest, samples=tuple(s for r in group for s in r.samples))
+        if best is None or latest.median < best.median:
+            best = latest
+    return best
 
 
 def best(
@@ -220,9 +244,10 @@ def best(
     workload: Workload | str | None = None,
     target: Target | str | None = None,
 ) -> Record | None:
-    """The fastest correct record, optionally for one workload and target.
+    """The fastest correct config's record, optionally for one workload and target.
 
-    Errors and wrong answers are never chosen. Given a ``Target``, records
+    Errors and wrong answers are never chosen; a config measured several
+    times is judged on all its samples (see ``_fastest``). Given a ``Target``, records
     measured on the same hardware (same fingerprint) win; records of the same
     kind from other machines are the fallback. A string target means a kind.
 

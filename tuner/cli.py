@@ -30,6 +30,16 @@ def _kv(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def _positive(kind: type) -> Any:
     def parse(text: str) -> Any:
         try:
@@ -74,6 +84,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         storage=ns.storage,
         transfer_from=tuple(ns.transfer_from),
         measure=MeasureOptions(jobs=ns.jobs),
+        retime=ns.retime,
     )
     # Check what the user typed before drawing a progress bar.
     from search_spaces import get_operator
@@ -248,6 +259,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="stop after N trials without improvement",
+    )
+    p.add_argument(
+        "--retime",
+        type=_count,
+        default=3,
+        metavar="N",
+        help="at the end, measure the N fastest configs again and judge each on all its samples (0: off)",
     )
     p.add_argument(
         "--storage",

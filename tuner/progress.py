@@ -63,9 +63,8 @@ class TuneDisplay:
         else:
             rate = self.rate(r.best)
             gf = f"{rate:.1f} {self.unit}, " if rate is not None else ""
-            c.print(
-                f"best: {gf}{r.best.median * 1e3:.3f} ms (trial {r.best.trial}) {r.best.config}"
-            )
+            timed = f"trial {r.best.trial}, {len(r.best.samples)} samples"
+            c.print(f"best: {gf}{r.best.median * 1e3:.3f} ms ({timed}) {r.best.config}")
         c.print(f"log: {log}")
 
     def __enter__(self) -> TuneDisplay:

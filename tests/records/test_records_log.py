@@ -181,6 +181,25 @@ def test_best_never_picks_errors_or_wrong_answers() -> None:
     assert best([]) is None
 
 
+def test_best_judges_a_config_on_all_its_samples() -> None:
+    lucky, steady = {"tile": [4, 4]}, {"tile": [8, 8]}
+    records = [
+        record((1e-3,), config=lucky, trial=0),  # a lucky first timing...
+        record((2e-3, 2e-3), config=steady, trial=1),
+        record((3e-3, 3e-3, 3e-3), config=lucky, trial=2),  # ...not confirmed when re-timed
+    ]
+    top = best(records)
+    assert top is not None and top.config == steady
+    alone = best(records[::2])
+    assert alone is not None and alone.trial == 2, "the config's latest record"
+    assert sorted(alone.samples) == [1e-3, 3e-3, 3e-3, 3e-3]
+    wrong_once = [*records, record((1e-6,), config=steady, trial=3, error_kind="wrong_answer")]
+    top = best(wrong_once)
+    assert top is not None and top.config == lucky, "a config that was ever wrong never wins"
+    other_machine = record((1e-4,), config=lucky, target=CPU_B, trial=4)
+    assert best([*records, other_machine], MATMUL, CPU_A).config == steady  # type: ignore[union-attr]
+
+
 def test_best_prefers_same_machine_then_same_kind() -> None:
     records = [
         record((1e-3,), target=CPU_B, trial=0),

@@ -19,6 +19,7 @@ MEASURE = MeasureOptions(
 
 def options(log: Path, trials: int, **kw) -> TuneOptions:  # type: ignore[no-untyped-def]
     kw.setdefault("strategy", "random")
+    kw.setdefault("retime", 0)
     return TuneOptions(trials=trials, log=log, batch=2, threads=1, measure=MEASURE, **kw)
 
 
@@ -41,6 +42,22 @@ def test_resume_measures_nothing_twice_and_survives_a_damaged_line(tmp_path: Pat
     assert sorted(r.config["split"] for r in records) == [1, 2, 4]
     assert [r.trial for r in records] == [0, 1, 2]
     assert all(r.workload.key == "t_double(N=16)" for r in records)
+
+
+def test_the_leaders_are_retimed_and_judged_on_pooled_samples(tmp_path: Path) -> None:
+    log = tmp_path / "tune.jsonl"
+    result = tune("t_double", {"N": 16}, options(log, 3, retime=2))
+    records = load(log)
+    searched, retimed = records[:3], records[3:]
+    assert [r.strategy for r in retimed] == ["retime", "retime"]
+    assert [r.trial for r in retimed] == [3, 4]
+    leaders = sorted((r for r in searched if r.ok), key=lambda r: r.median)[:2]
+    assert [r.config for r in retimed] == [r.config for r in leaders]
+    assert result.best is not None and result.best.strategy == "retime"
+    assert len(result.best.samples) == 2 * MEASURE.samples, "both measurements' samples"
+    again = tune("t_double", {"N": 16}, options(log, 3, retime=2))
+    assert again.measured == 0 and again.stopped_because == "search space exhausted"
+    assert len(load(log)) == 5, "a run that measured nothing new re-times nothing"
 
 
 def test_a_wrong_answer_is_logged_and_never_best(tmp_path: Path) -> None:
