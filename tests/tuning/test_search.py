@@ -50,6 +50,8 @@ def test_strategy_contract(name: str) -> None:
     total = sum(1 for _ in space.enumerate())
     rest = strat.propose(total, exclude=seen)
     assert len(rest) == total - len(seen), "the space is not exhausted"
+    strat.observe([(c, cost(c)) for c in rest])
+    assert strat.propose(4, exclude=seen | {c.key for c in rest}) == [], "nothing left to propose"
 
 
 def test_unknown_strategy_names_the_known_ones() -> None:

@@ -111,6 +111,8 @@ class ModelBasedSearch(Strategy):
         if not self.model.is_fitted:
             return self.space.sample_many(self.rng, n, exclude=exclude)
         pool = {c.key: c for c in self.space.sample_many(self.rng, self.pool, exclude=exclude)}
+        if not pool:  # every valid config is measured (or excluded)
+            return []
         parents = [c for c, s in sorted(self.history, key=lambda o: o[1]) if math.isfinite(s)][:8]
         for _ in range(self.rounds):
             for cfg in parents:
