@@ -209,15 +209,21 @@ def load(
     return records
 
 
+#: The strategy name of the records a tune writes when it measures its leaders again.
+RETIME = "retime"
+
+
 def _fastest(records: Iterable[Record]) -> Record | None:
     """The fastest config, judged on the median of all its samples, if any ran correctly.
 
     A config measured more than once (re-timed at the end of a tune, or by two
     tuners sharing a log) on one machine is judged on its records' samples
     pooled, so one lucky measurement does not win on its own; a config that
-    ever gave a wrong answer is never chosen. Returns the config's latest ok
-    record, carrying the pooled samples when there are several. Ties go to
-    the config seen first.
+    ever gave a wrong answer is never chosen. Where a tune re-timed its
+    leaders (strategy "retime"), the best is one of the re-timed configs: a
+    config timed once is not preferred for having escaped the second look.
+    Returns the config's latest ok record, carrying the pooled samples when
+    there are several. Ties go to the config seen first.
     """
     groups: dict[tuple[str, str, str], list[Record]] = {}
     wrong: set[tuple[str, str, str]] = set()
@@ -227,9 +233,12 @@ def _fastest(records: Iterable[Record]) -> Record | None:
             wrong.add(key)
         elif r.ok and r.samples:
             groups.setdefault(key, []).append(r)
+    retimed = {k[:2] for k, g in groups.items() if any(r.strategy == RETIME for r in g)}
     best: Record | None = None
     for key, group in groups.items():
         if key in wrong:
+            continue
+        if key[:2] in retimed and not any(r.strategy == RETIME for r in group):
             continue
         latest = max(group, key=lambda r: r.timestamp)
         if len(group) > 1:

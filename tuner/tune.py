@@ -16,6 +16,7 @@ from typing import Any
 
 from records import ErrorKind, LogWriter, Record, config_key, load
 from records import best as records_best
+from records.log import RETIME
 
 from .measure import Candidate, MeasureOptions, Measurer, ReplayMeasurer
 from .search import Strategy, get_strategy
@@ -227,7 +228,7 @@ def _retime(
             error_msg=res.error_msg,
             build_seconds=res.build_seconds,
             run_seconds=res.run_seconds,
-            strategy="retime",
+            strategy=RETIME,
             trial=trial + i,
             flops=r.flops,
         )

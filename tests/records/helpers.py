@@ -32,7 +32,6 @@ def record(
         samples=samples,
         trial=trial,
         timestamp=1_700_000_000.0 + trial,
-        strategy="random",
         flops=2 * 64**3,
-        **fields,
+        **{"strategy": "random", **fields},
     )

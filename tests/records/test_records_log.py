@@ -196,6 +196,15 @@ def test_best_judges_a_config_on_all_its_samples() -> None:
     wrong_once = [*records, record((1e-6,), config=steady, trial=3, error_kind="wrong_answer")]
     top = best(wrong_once)
     assert top is not None and top.config == lucky, "a config that was ever wrong never wins"
+    retimed = [
+        record((1e-3,), config=lucky, trial=0),
+        record((2e-3,), config=steady, trial=1),
+        record((9e-4,), config={"tile": [2, 2]}, trial=2),  # never re-timed
+        record((3e-3, 3e-3), config=lucky, trial=3, strategy="retime"),
+        record((2.5e-3,), config=steady, trial=4, strategy="retime"),
+    ]
+    top = best(retimed)
+    assert top is not None and top.config == steady, "only re-timed configs, once there are any"
     other_machine = record((1e-4,), config=lucky, target=CPU_B, trial=4)
     assert best([*records, other_machine], MATMUL, CPU_A).config == steady  # type: ignore[union-attr]
 
