@@ -324,13 +324,20 @@ def logged(log: Path, spec: str) -> list[Any]:
     return load(log, workload=workload_key(spec), target_kind="cpu") if log.exists() else []
 
 
+def searched(records: list[Any]) -> int:
+    """Trials of the search itself (a tune's closing re-timings of its leaders are not trials)."""
+    from records.log import RETIME
+
+    return sum(r.strategy != RETIME for r in records)
+
+
 def tune_all(items: list[tuple[str, str]], trials: int, log: Path, times: Path) -> None:
     """Tune each workload up to ``trials`` records in ``log``; add the wall time to ``times``."""
     from tuner.tune import TuneOptions, tune
 
     spent = json.loads(times.read_text()) if times.exists() else {}
     for label, spec in items:
-        todo = trials - len(logged(log, spec))
+        todo = trials - searched(logged(log, spec))
         if todo <= 0:
             print(f"{label}: {trials} trials already in {log.name}")
             continue
@@ -421,7 +428,7 @@ def finish(row: dict[str, Any], log: Path, times: dict[str, float]) -> dict[str,
     work = op.bytes_moved(args) if op.bytes_moved is not None else op.flops(args)
     unit = "GB/s" if memory else ("GOP/s" if args.get("dtype") == "int8" else "GFLOP/s")
     records = logged(log, row["spec"])
-    row.update(unit=unit, trials=len(records), tune_s=times.get(workload_key(row["spec"])))
+    row.update(unit=unit, trials=searched(records), tune_s=times.get(workload_key(row["spec"])))
     notes = list(row.pop("worker_notes", []))
     tuned = row.get("tuned_s")
     if tuned:
@@ -437,7 +444,7 @@ def finish(row: dict[str, Any], log: Path, times: dict[str, float]) -> dict[str,
     elif records:
         kinds = sorted({r.error_kind.value for r in records if not r.ok})
         notes.append(
-            f"{len(records)} trials, none correct ({', '.join(kinds)}): {records[0].error_msg.splitlines()[-1][:100]}"
+            f"{searched(records)} trials, none correct ({', '.join(kinds)}): {records[0].error_msg.splitlines()[-1][:100]}"
         )
     free = min(row.get("cpus_before", 2.0), row.get("cpus_after", 2.0))
     if free < 0.9 * row["threads"]:

@@ -81,9 +81,10 @@ def test_default_config_is_valid_for_any_shape(
 ) -> None:
     space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b)
     cfg = space.validate(matmul.default_config(m, n, k, trans_a))
-    # K in as few blocks of at most 256 as there can be, cut evenly: no KC beyond K
-    # (every tile on the bounded edge path) and no short last block.
-    assert cfg["kc"] <= k and -(-k // cfg["kc"]) == -(-k // 256)
+    # K in as few blocks of at most 512 as there can be, cut evenly: no KC beyond K
+    # (a longer reduction loop than there is K) and no short last block.
+    assert cfg["kc"] <= k and -(-k // cfg["kc"]) == -(-k // 512)
+    assert cfg["kc"] * (-(-k // cfg["kc"])) - k < -(-k // cfg["kc"])
 
 
 def _loops(s: Stmt) -> list[For]:
@@ -103,7 +104,7 @@ def test_default_1024_is_the_register_blocked_nest() -> None:
     parallel = [f for f in loops if f.kind == "parallel"]
     assert len(parallel) == 1 and parallel[0].extent.value == 4  # type: ignore[attr-defined]
     cfg = matmul.default_config(1024, 1024, 1024)
-    assert cfg["mr"] * cfg["nr"] == 12 * 8 and cfg["kc"] == 256
+    assert cfg["mr"] * cfg["nr"] == 12 * 8 and cfg["kc"] == 512
 
 
 def test_random_legal_configs_lower() -> None:
