@@ -339,21 +339,24 @@ class _NestBuilder:
         idx = tuple(self.absolute[a] for a in self.op_axes)
         target = self.lw.load(_read(stage, idx), env)
         assert isinstance(target, Load)
-        value = self.body.source if isinstance(self.body, Reduce) else self.body
-        if env.pad is not None and env.pad.owner is self and env.pad.last:
+        padded = env.pad is not None and env.pad.owner is self and bool(env.pad.last)
+        if padded:
+            assert env.pad is not None
             env.pad.ok &= self._inside(target, env)
-            value = self._padded(value, env)
-        else:
-            value = self.lw.expr(substitute(value, self.absolute), env)
-        if not isinstance(self.body, Reduce):
-            return Store(target.buffer, target.indices, simplify(value, env.ranges))
-        if mode == "init":
+        if isinstance(self.body, Reduce) and mode == "init":
             return Store(
                 target.buffer, target.indices, identity(self.body.combiner, self.body.dtype)
             )
-        update = simplify(value, env.ranges)
+        value = self.body.source if isinstance(self.body, Reduce) else self.body
+        if padded:
+            value = self._padded(value, env)
+        else:
+            value = self.lw.expr(substitute(value, self.absolute), env)
+        value = simplify(value, env.ranges)
+        if not isinstance(self.body, Reduce):
+            return Store(target.buffer, target.indices, value)
         op = {"sum": "add", "max": "max", "min": "min"}[self.body.combiner]
-        return Store(target.buffer, target.indices, Binary(op, target, update, self.body.dtype))
+        return Store(target.buffer, target.indices, Binary(op, target, value, self.body.dtype))
 
     def _padded(self, e: Expr, env: Env) -> Expr:
         """``e`` at the loops' values, each read's indices clamped into its buffer.
@@ -371,10 +374,9 @@ class _NestBuilder:
                 return None
             idx = tuple(transform(i, read) for i in n.indices)
             load = self.lw.load(TensorRead(n.tensor, idx, n.dtype), env)
-            shape = self._shape(load.buffer, env) if isinstance(load, Load) else None
-            if shape is None:
-                raise AssertionError(f"a read of {n.tensor.name} has no buffer")
             assert isinstance(load, Load)
+            shape = self._shape(load.buffer, env)
+            assert shape is not None, f"a read of {n.tensor.name} has no buffer"
             return Load(
                 load.buffer,
                 tuple(_clamp(i, d, env) for i, d in zip(load.indices, shape, strict=True)),
