@@ -87,3 +87,67 @@ def test_a_reader_nested_inside_a_sibling_gets_its_box_not_the_whole_tensor() ->
     tuner.build(s, [A, C])(a, c)
     b = a + 1
     np.testing.assert_allclose(c, b / b.sum(1, keepdims=True), rtol=1e-5)
+
+
+def _row_softmax_like(m: int, n: int):  # type: ignore[no-untyped-def]
+    A = te.placeholder((m, n), "float32", name="A")
+    B = te.compute((m, n), lambda i, j: te.exp(A[i, j]), name="B")
+    k = te.reduce_axis(n, name="k")
+    P = te.compute((m,), lambda i: te.sum(B[i, k], axis=k), name="P")
+    C = te.compute((m, n), lambda i, j: B[i, j] / P[i], name="C")
+
+    def ref(a: np.ndarray) -> np.ndarray:
+        e = np.exp(a)
+        return e / e.sum(1, keepdims=True)
+
+    return A, B, P, C, ref
+
+
+def test_a_stage_computed_at_a_loop_gets_a_buffer_the_size_of_its_region() -> None:
+    """B computed per block of 3 rows is a 3 x 8 buffer, indexed relative to the block."""
+    A, B, P, C, ref = _row_softmax_like(7, 8)
+    s = te.create_schedule(C)
+    io, ii = s[C].split(s[C].op.axis[0], factor=3)  # 7 rows: the last block holds one
+    s[B].compute_at(s[C], io)
+    s[P].compute_at(s[C], ii)
+    text = str(tuner.lower(s, [A, C]))
+    assert "B = allocate(float32[3, 8]" in text and "P = allocate(float32[1]" in text
+    assert "float32[7, 8]" not in text.replace("# A: float32[7, 8]", "").replace(
+        "# C: float32[7, 8]", ""
+    )
+    a = np.random.default_rng(1).standard_normal((7, 8)).astype(np.float32)
+    c = np.full((7, 8), np.nan, np.float32)
+    tuner.build(s, [A, C])(a, c)
+    np.testing.assert_allclose(c, ref(a), rtol=1e-5)
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_region_buffers_inside_a_parallel_loop_are_per_iteration() -> None:
+    """Threads computing different rows never share a region buffer."""
+    A, B, P, C, ref = _row_softmax_like(37, 19)
+    s = te.create_schedule(C)
+    io, ii = s[C].split(s[C].op.axis[0], factor=4)
+    s[B].compute_at(s[C], ii)
+    s[P].compute_at(s[C], ii)
+    s[C].parallel(io)
+    a = np.random.default_rng(2).standard_normal((37, 19)).astype(np.float32)
+    c = np.full((37, 19), np.nan, np.float32)
+    for _ in range(3):
+        tuner.build(s, [A, C])(a, c)
+        np.testing.assert_allclose(c, ref(a), rtol=1e-5)
+
+
+def test_a_stage_that_a_cache_copies_keeps_its_whole_buffer() -> None:
+    """Cache stages address their source by absolute index, so B is not cut to its region."""
+    A, B, P, C, ref = _row_softmax_like(5, 12)
+    s = te.create_schedule(C)
+    row = s[C].op.axis[0]
+    s[B].compute_at(s[C], row)
+    s[P].compute_at(s[C], row)
+    BB = s.cache_read(B, "global", [C])
+    s[BB].compute_at(s[C], row)
+    assert "B = allocate(float32[5, 12]" in str(tuner.lower(s, [A, C]))
+    a = np.random.default_rng(3).standard_normal((5, 12)).astype(np.float32)
+    c = np.full((5, 12), np.nan, np.float32)
+    tuner.build(s, [A, C])(a, c)
+    np.testing.assert_allclose(c, ref(a), rtol=1e-5)

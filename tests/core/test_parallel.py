@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import numba
 import numpy as np
 import pytest
 from hypothesis import given
@@ -26,14 +25,6 @@ def test_chunks_cover_the_range_evenly(n: int, parts: int) -> None:
     assert all(a[1] == b[0] for a, b in itertools.pairwise(out))
     sizes = [hi - lo for lo, hi in out]
     assert max(sizes) - min(sizes) <= 1
-
-
-@pytest.fixture
-def two_threads():  # type: ignore[no-untyped-def]
-    saved = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    yield
-    numba.set_num_threads(saved)
 
 
 def _run(s, tensors, ref, options=None):  # type: ignore[no-untyped-def]

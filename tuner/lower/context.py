@@ -25,12 +25,18 @@ def identity(combiner: str, dtype: str) -> Const:
 
 @dataclass
 class Cache:
-    """A compact buffer: reads of ``source`` at ``idx`` go to ``buffer`` at leaf(idx - base)."""
+    """A compact buffer: reads of ``source`` at ``idx`` go to ``buffer`` at leaf(idx - base).
+
+    ``packed`` false: the buffer keeps the tensor's own layout over the region
+    (``idx - base``), as for a stage computed at a loop into a buffer the size
+    of the region it computes there.
+    """
 
     buffer: Buffer
     base: tuple[Expr, ...]
     stage: Stage
     root_extents: tuple[int, ...]
+    packed: bool = True
 
 
 @dataclass

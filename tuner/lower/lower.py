@@ -101,6 +101,11 @@ class _Lowerer:
         cache = env.caches.get(name)
         if cache is None:
             return Load(name, idx, read.dtype)
+        if not cache.packed:
+            rel_idx = tuple(
+                simplify(i - b, env.ranges) for i, b in zip(idx, cache.base, strict=True)
+            )
+            return Load(cache.buffer.name, rel_idx, read.dtype)
         rel = {
             r: simplify(i - b, env.ranges)
             for r, i, b in zip(cache.stage.root, idx, cache.base, strict=True)
@@ -125,12 +130,30 @@ class _Lowerer:
                     env.caches[s.name] = self._root_cache(s)
         body = seq(stmts)
         for s in self.state.stages:
-            if s.attach.kind != "inline" and s.origin == "compute" and s.name not in self.arg_names:
+            if (
+                s.attach.kind != "inline"
+                and s.origin == "compute"
+                and s.name not in self.arg_names
+                and not self.region_buffered(s)
+            ):
                 body = Alloc(Buffer(s.name, self.shapes[s.name], s.tensor.dtype), body)
         for s in self.state.stages:
             if s.attach.kind == "root" and s.origin == "cache_read":
                 body = Alloc(env.caches[s.name].buffer, body)
         return body
+
+    def region_buffered(self, s: Stage) -> bool:
+        """Whether ``s`` gets a buffer the size of its region where it is computed.
+
+        True for an intermediate computed at a loop, unless a cache stage
+        copies it (cache stages address their source by absolute index).
+        """
+        return (
+            s.attach.kind == "at"
+            and s.origin == "compute"
+            and s.name not in self.arg_names
+            and not any(c.origin != "compute" and c.source == s.name for c in self.state.stages)
+        )
 
     def _root_cache(self, s: Stage) -> Cache:
         shape = self.shapes[s.source]

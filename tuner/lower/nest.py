@@ -308,6 +308,10 @@ class _NestBuilder:
                     exprs += siblings
         base, widths = self.lw.region(child, self.stage, exprs, inner, env)
         if child.origin == "compute":
+            if self.lw.region_buffered(child):
+                buf = Buffer(child.name, widths, child.tensor.dtype)
+                allocs.append(buf)
+                env.caches[child.name] = Cache(buf, base, child, widths, packed=False)
             return [self.lw.stage_nest(child, env, (base, widths))]
         ext = leaf_extents(child, dict(zip(child.root, widths, strict=True)))
         buf = Buffer(
