@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -56,6 +55,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from bench_schedules import cpus_available, thread_env  # noqa: E402
 
 from search_spaces import OperatorError, get_operator  # noqa: E402
+from tuner.measure.interleave import interleaved, medians  # noqa: E402
 
 OUT = ROOT / "experiments" / "out"
 LOGS = ROOT / "experiments" / "logs"
@@ -117,38 +117,9 @@ def _reference(op: Any, inputs: list[np.ndarray], args: dict[str, Any]) -> np.nd
     return np.asarray(op.reference(*inputs, **args))
 
 
-#: Seconds of rest before each timed block. OpenBLAS's and OpenMP's worker
-#: threads spin for about 0.1 s after a call; without the rest they took the
-#: second core from whatever ran next (a 2-thread matmul 512 went from 2.7 to
-#: 5.9 ms right after NumPy's calls).
-IDLE_BETWEEN_PEERS = 0.25
-
-
 def time_rounds(fns: dict[str, Peer], rounds: int, min_sample: float) -> dict[str, float]:
-    """Median seconds per call of each function, over interleaved rounds (order rotates)."""
-    reps = {}
-    for name, fn in fns.items():  # repetitions per sample, so that one sample lasts min_sample
-        n = 1
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            dt = time.perf_counter() - t0
-            if dt >= min_sample or n >= 1 << 16:
-                break
-            n = min(1 << 16, max(2 * n, int(n * min_sample / max(dt, 1e-9)) + 1))
-        reps[name] = n
-    names = list(fns)
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn, n = fns[name], reps[name]
-            time.sleep(IDLE_BETWEEN_PEERS)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / n)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    """Median seconds per call of each function over interleaved rounds (``tuner.measure.interleave``)."""
+    return medians(interleaved(fns, rounds, min_sample))
 
 
 def _torch_peers(

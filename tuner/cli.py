@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +50,6 @@ def _positive(kind: type) -> Any:
         return value
 
     return parse
-
-
-def _block_seconds(fn: Any, min_seconds: float = 0.05) -> float:
-    """Seconds per call of ``fn``, from back-to-back calls lasting at least ``min_seconds``."""
-    calls, start = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return elapsed / calls
 
 
 def cmd_tune(ns: argparse.Namespace) -> int:
@@ -177,7 +165,6 @@ def cmd_show(ns: argparse.Namespace) -> int:
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
-    import statistics
     import warnings
 
     import numpy as np
@@ -187,6 +174,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
     from .compile import BestRecords, build_op
     from .lower.lower import lower
+    from .measure.interleave import interleaved, medians
 
     console = Console()
     template = get_operator(ns.op)
@@ -205,15 +193,13 @@ def cmd_build(ns: argparse.Namespace) -> int:
         raise ValueError(
             f"the built kernel disagrees with NumPy (max error {np.abs(out - expected).max():.3g})"
         )
-    ours, numpy_t = [], []
-    for _ in range(ns.repeat):  # alternated, so both see the same machine load
-        # A rest first: BLAS worker threads spin for about 0.1 s after a call and
-        # would take a core from the kernel timed next (and the other way round).
-        time.sleep(0.25)
-        ours.append(_block_seconds(lambda: f(*inputs)))
-        time.sleep(0.25)
-        numpy_t.append(_block_seconds(lambda: template.reference(*inputs, **args)))
-    a, b = statistics.median(ours), statistics.median(numpy_t)
+    times = medians(
+        interleaved(
+            {"tuned": lambda: f(*inputs), "numpy": lambda: template.reference(*inputs, **args)},
+            rounds=ns.repeat,
+        )
+    )
+    a, b = times["tuned"], times["numpy"]
     source = f"record of trial {f.record.trial}" if f.record else "the default schedule"
     console.print(f"{f.workload.key}: built from {source}; matches NumPy")
     console.print(
