@@ -73,6 +73,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         transfer_from=tuple(ns.transfer_from),
         measure=MeasureOptions(jobs=ns.jobs),
         retime=ns.retime,
+        baseline=not ns.no_baseline,
     )
     # Check what the user typed before drawing a progress bar.
     from search_spaces import get_operator
@@ -252,6 +253,11 @@ def _parser() -> argparse.ArgumentParser:
         default=3,
         metavar="N",
         help="at the end, measure the N fastest configs again and judge each on all its samples (0: off)",
+    )
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="do not time the NumPy reference at the end (it is shown beside the best)",
     )
     p.add_argument(
         "--storage",

@@ -65,6 +65,11 @@ class TuneDisplay:
             gf = f"{rate:.1f} {self.unit}, " if rate is not None else ""
             timed = f"trial {r.best.trial}, {len(r.best.samples)} samples"
             c.print(f"best: {gf}{r.best.median * 1e3:.3f} ms ({timed}) {r.best.config}")
+            if r.numpy_seconds is not None:
+                c.print(
+                    f"NumPy reference, timed in the same runner: {r.numpy_seconds * 1e3:.3f} ms; "
+                    f"best is {r.numpy_seconds / r.best.median:.2f}x NumPy"
+                )
         c.print(f"log: {log}")
 
     def __enter__(self) -> TuneDisplay:

@@ -46,6 +46,9 @@ class TuneOptions:
     #: At the end, measure this many of the fastest configs once more; the best
     #: is then judged on each config's samples pooled (not on one lucky run).
     retime: int = 3
+    #: At the end, time the operator's NumPy reference in the same runner, to
+    #: show the best beside it.
+    baseline: bool = True
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class TuneResult:
     best: Record | None
     elapsed: float
     stopped_because: str
+    # The NumPy reference timed in the runner at the end of the run (median
+    # seconds; None when not measured: replay, nothing new, or baseline off).
+    numpy_seconds: float | None = None
 
 
 def _median(record: Record) -> float:
@@ -188,8 +194,20 @@ def tune(
                 measurer, log, op_name, args, workload, target, prior + written, opts
             )
             best = records_best(prior + written, workload, target) or best
+        numpy_seconds = None
+        if isinstance(measurer, Measurer) and opts.baseline and done > 0:
+            base = measurer.baseline(Candidate(op_name, args, {}, target.to_json()))
+            numpy_seconds = statistics.median(base.samples) if base.ok else None
     return TuneResult(
-        workload, target, done, len(prior), errors, best, time.monotonic() - start, stopped
+        workload,
+        target,
+        done,
+        len(prior),
+        errors,
+        best,
+        time.monotonic() - start,
+        stopped,
+        numpy_seconds,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from records import ErrorKind
@@ -59,6 +61,20 @@ def test_a_build_timeout_is_recorded_and_the_pool_recovers() -> None:
     with Measurer(opts) as m:
         first = m.measure([cand("t_double", split=4)])
     assert first[0].error_kind == ErrorKind.COMPILE_TIMEOUT
+
+
+def test_the_baseline_is_the_reference_timed_in_the_runner_on_the_targets_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    opts = MeasureOptions(jobs=1, samples=3, min_sample_seconds=0.001, plugins=PLUGIN)
+    with Measurer(opts, threads=1) as m:
+        base = m.baseline(cand("t_blas1"))
+        assert base.ok and len(base.samples) == 3 and all(s > 0 for s in base.samples)
+        assert m.measure([cand("t_blas1")])[0].ok, "the runner's BLAS got the target's threads"
+        assert m.baseline(cand("t_crash")).error_kind == ErrorKind.RUNTIME_ERROR
+        assert m.baseline(cand("t_double")).ok, "a fresh runner after the crash"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ, "the tuner's own environment is unchanged"
 
 
 def test_samples_are_spread_over_passes() -> None:

@@ -21,12 +21,17 @@ def _show(bytes_moved: float | None) -> str:
     rec = Record.make(w, t, {"a": 1}, samples=(2e-3,), flops=4e9, trial=0)
     with TuneDisplay(console, "softmax M=4 N=8", 1, bytes_moved=bytes_moved) as d:
         d.update(TuneProgress(1, 1, rec, rec, 0, 0.1))
-    d.summary(TuneResult(w, t, 1, 0, 0, rec, 0.1, "trial budget reached"), Path("t.jsonl"))
+    result = TuneResult(w, t, 1, 0, 0, rec, 0.1, "trial budget reached", numpy_seconds=5e-3)
+    d.summary(result, Path("t.jsonl"))
     return out.getvalue()
 
 
 def test_compute_bound_rates_are_gflops() -> None:
     assert "best: 2000.0 GFLOP/s, 2.000 ms" in _show(None)
+
+
+def test_the_summary_shows_the_best_beside_numpy() -> None:
+    assert "NumPy reference, timed in the same runner: 5.000 ms; best is 2.50x NumPy" in _show(None)
 
 
 def test_memory_bound_rates_are_gbytes_per_second() -> None:

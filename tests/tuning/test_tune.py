@@ -60,6 +60,13 @@ def test_the_leaders_are_retimed_and_judged_on_pooled_samples(tmp_path: Path) ->
     assert len(load(log)) == 5, "a run that measured nothing new re-times nothing"
 
 
+def test_the_numpy_reference_is_timed_at_the_end_unless_turned_off(tmp_path: Path) -> None:
+    on = tune("t_double", {"N": 16}, options(tmp_path / "a.jsonl", 2))
+    assert on.numpy_seconds is not None and on.numpy_seconds > 0
+    off = tune("t_double", {"N": 16}, options(tmp_path / "b.jsonl", 2, baseline=False))
+    assert off.numpy_seconds is None
+
+
 def test_a_wrong_answer_is_logged_and_never_best(tmp_path: Path) -> None:
     log = tmp_path / "wrong.jsonl"
     result = tune("t_wrong", {}, options(log, 3))

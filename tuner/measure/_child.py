@@ -116,6 +116,24 @@ def run_candidate(
     return {"kind": ErrorKind.OK.value, "samples": samples, "seconds": time.perf_counter() - t0}
 
 
+def run_baseline(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> dict[str, Any]:
+    """Time the operator's NumPy reference on ``c``'s inputs, as candidates are timed."""
+    from search_spaces import get_operator
+
+    op = get_operator(c.op)
+    key = repr((c.op, sorted(c.args.items())))
+    if key not in refs:
+        inputs = op.make_inputs(c.args)
+        refs.clear()
+        refs[key] = (inputs, op.reference(*inputs, **c.args))
+    inputs = refs[key][0]
+    try:
+        samples = _time(lambda: op.reference(*inputs, **c.args), opts)
+    except Exception as exc:
+        return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc)}
+    return {"kind": ErrorKind.OK.value, "samples": samples}
+
+
 def runner_main(conn: Connection, threads: int, plugins: tuple[str, ...] = ()) -> None:
     """The runner loop: one candidate at a time, until the pipe closes."""
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
@@ -135,8 +153,12 @@ def runner_main(conn: Connection, threads: int, plugins: tuple[str, ...] = ()) -
             msg = conn.recv()
         except EOFError:
             return
-        c, opts = msg
+        what, c, opts = msg
         try:
+            if what == "baseline":
+                conn.send("loaded")
+                conn.send(run_baseline(c, opts, refs))
+                continue
             conn.send(run_candidate(c, opts, refs, loaded=lambda: conn.send("loaded")))
         except Exception:
             conn.send({"kind": ErrorKind.RUNTIME_ERROR.value, "msg": traceback.format_exc(limit=1)})

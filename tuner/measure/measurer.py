@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
+import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -39,7 +42,11 @@ class _Runner:
         self.proc = _CTX.Process(
             target=runner_main, args=(child, self.threads, self.plugins), daemon=True
         )
-        self.proc.start()
+        # BLAS reads its thread count when NumPy loads, which the runner does on
+        # import: give it the target's count, so that the NumPy baseline runs on
+        # as many threads as the candidates (unless the user set it).
+        with _environ({v: str(self.threads) for v in _BLAS_THREADS}):
+            self.proc.start()
         child.close()
         self.conn = parent
 
@@ -58,7 +65,8 @@ class _Runner:
                 self.proc.join()
         self.proc = None
 
-    def run(self, c: Candidate, opts: MeasureOptions) -> dict[str, Any]:
+    def run(self, c: Candidate, opts: MeasureOptions, what: str = "candidate") -> dict[str, Any]:
+        """Run candidate ``c`` (or, with ``what="baseline"``, its NumPy reference)."""
         if self.proc is None or not self.proc.is_alive():
             self._start()
             # Starting Python and importing Numba takes seconds on a loaded machine:
@@ -69,7 +77,7 @@ class _Runner:
                     "kind": ErrorKind.RUNTIME_ERROR.value,
                     "msg": f"the runner process did not start within {_STARTUP_TIMEOUT:g} s",
                 }
-        self.conn.send((c, opts))
+        self.conn.send((what, c, opts))
         # Loading the kernel and computing the reference may take as long as a build
         # on a loaded machine; the run timeout starts when the runner says "loaded".
         limit, reply = opts.build_timeout, self._wait(opts.build_timeout)
@@ -96,6 +104,21 @@ class _Runner:
         if not self.conn.poll(seconds):
             return _TIMEOUT
         return self._recv()
+
+
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set the variables of ``values`` that are not set, for the duration (the tuner is serial)."""
+    added = [k for k in values if k not in os.environ]
+    os.environ.update({k: values[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def _shares(samples: int, passes: int) -> list[int]:
@@ -167,6 +190,21 @@ class Measurer:
             )
             for i in range(len(candidates))
         ]
+
+    def baseline(self, c: Candidate) -> MeasureResult:
+        """The NumPy reference of ``c``'s workload, timed in the runner like a candidate.
+
+        What a tuned kernel is compared with in the same run and process:
+        same inputs, same timing loop, same threads (BLAS gets the target's
+        count), over ``options.passes`` passes.
+        """
+        samples: list[float] = []
+        for share in _shares(self.options.samples, self.options.passes):
+            out = self._runner.run(c, dataclasses.replace(self.options, samples=share), "baseline")
+            if out["kind"] != ErrorKind.OK.value:
+                return MeasureResult(ErrorKind(out["kind"]), out.get("msg", ""))
+            samples += out["samples"]
+        return MeasureResult(ErrorKind.OK, samples=tuple(samples))
 
     def _build_all(self, candidates: list[Candidate]) -> list[tuple[str, str, float]]:
         futures = self._submit(candidates)
