@@ -180,3 +180,25 @@ def test_choices_line_up_with_from_indices() -> None:
         SPACE.from_indices({**picks, "kc": 3})
     with pytest.raises(ConfigError, match="missing knob 'kc'"):
         SPACE.from_indices({k: v for k, v in picks.items() if k != "kc"})
+
+
+def _grown() -> ConfigSpace:
+    """A space that gained the knob ``pack`` after configs without it were logged."""
+    sp = ConfigSpace()
+    sp.define_knob("kc", [64, 128])
+    sp.define_knob("pack", [True, False], absent=False)
+    return sp.freeze()
+
+
+def test_a_knob_added_later_reads_old_configs_with_its_absent_value() -> None:
+    sp = _grown()
+    assert sp.validate({"kc": 64}) == sp.validate({"kc": 64, "pack": False})
+    assert sp.complete({"kc": 128}) == {"kc": 128, "pack": False}
+    assert sp.complete({"kc": 128, "pack": True}) == {"kc": 128, "pack": True}
+    replayed = sp.restricted({'{"kc":128}'}, "measured")  # a key as the old log wrote it
+    assert [c.to_json() for c in replayed.enumerate()] == [{"kc": 128, "pack": False}]
+
+
+def test_an_absent_value_must_be_one_of_the_knobs_values() -> None:
+    with pytest.raises(ConfigError, match="pack"):
+        ConfigSpace().define_knob("pack", [True, False], absent="yes")

@@ -38,6 +38,8 @@ class Declaration:
         self._knobs: dict[str, Knob[Any]] = {}
         self._constraints: list[Constraint] = []
         self._frozen = False
+        #: Knob -> the value a config without it stands for (see ``define_knob``).
+        self._absent: dict[str, Any] = {}
 
     def define_split(
         self,
@@ -105,15 +107,29 @@ class Declaration:
         self._claim(name)
         return self._add(AnnotateKnob.create(name, axes=axes, policy=policy, candidates=candidates))
 
-    def define_knob(self, name: str, values: Sequence[Scalar]) -> ChoiceKnob:
+    def define_knob(
+        self, name: str, values: Sequence[Scalar], *, absent: Scalar | None = None
+    ) -> ChoiceKnob:
         """Add a knob choosing among JSON scalars (int, float, str, bool).
+
+        ``absent``: for a knob added to a space that logs were already written
+        against, the value that a config without the knob means (the schedule
+        those configs built). Such configs keep validating, read with it.
 
         >>> from tuner.space import ConfigSpace
         >>> ConfigSpace().define_knob("kc", [64, 128, 256]).size
         3
+        >>> sp = ConfigSpace(); _ = sp.define_knob("kc", [64, 128])
+        >>> _ = sp.define_knob("pack", [True, False], absent=False)
+        >>> sp.validate({"kc": 64})
+        Config(kc=64, pack=False)
         """
         self._claim(name)
-        return self._add(ChoiceKnob.create(name, values))
+        knob = self._add(ChoiceKnob.create(name, values))
+        if absent is not None:
+            knob.index(absent)  # raises unless it is one of the values
+            self._absent[name] = absent
+        return knob
 
     def add_constraint(self, predicate: Callable[[Config], bool], description: str) -> None:
         """Require ``predicate(config)`` of every valid config; ``description`` says why."""

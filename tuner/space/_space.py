@@ -63,7 +63,9 @@ class ConfigSpace(Declaration):
                 continue  # recorded under another version of the space
         sub = _Restricted(members)
         sub._knobs = dict(self._knobs)
-        sub._constraints = [*self._constraints, Constraint(lambda c: c.key in keys, description)]
+        sub._absent = dict(self._absent)
+        listed = {m.key for m in members}  # keys as the current knobs write them
+        sub._constraints = [*self._constraints, Constraint(lambda c: c.key in listed, description)]
         return sub.freeze()
 
     def choices(self) -> dict[str, list[JsonValue]]:
@@ -263,12 +265,28 @@ class ConfigSpace(Declaration):
                 known = ", ".join(self._knobs)
                 raise ConfigError(f"config has unknown knob {name!r}; the knobs are: {known}")
         for name, knob in self._knobs.items():
-            if name not in data:
+            if name not in data and name not in self._absent:
                 raise ConfigError(f"config is missing knob {name!r}; expected {knob.describe()}")
 
     def _indices(self, data: Mapping[str, Any]) -> tuple[int, ...]:
         self._check_names(data)
-        return tuple(knob.index(data[name]) for name, knob in self._knobs.items())
+        return tuple(
+            knob.index(data[name] if name in data else self._absent[name])
+            for name, knob in self._knobs.items()
+        )
+
+    def complete(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``data`` with the knobs it lacks and that have an ``absent`` value filled in.
+
+        Nothing is checked: for bringing configs of older logs to the current
+        knobs, so that one schedule has one key whichever log it came from.
+
+        >>> sp = ConfigSpace(); _ = sp.define_knob("kc", [64, 128])
+        >>> _ = sp.define_knob("pack", [True, False], absent=False); sp.complete({"kc": 64})
+        {'kc': 64, 'pack': False}
+        """
+        missing = {k: v for k, v in self._absent.items() if k not in data}
+        return {**data, **missing} if missing else dict(data)
 
     def _at(self, digits: Sequence[int]) -> Config:
         knobs = self._knobs.items()
