@@ -111,7 +111,9 @@ def main() -> None:
     if args.measure:
         measure_sample(args.measure, args.log, args.size, seed=0)
         return
-    records = load(args.log)
+    from search_spaces import canonical_records
+
+    records = canonical_records(load(args.log))  # configs with the knobs the space has now
     workload = records[0].workload
     best_known = min(r.median for r in records if r.ok and r.workload == workload)
     replay = ReplayMeasurer(r for r in records if r.workload == workload)

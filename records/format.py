@@ -96,6 +96,10 @@ def config_key(config: Mapping[str, Any]) -> str:
     return dumps_canonical(dict(config))
 
 
+def _frozen_config(config: Mapping[str, Any]) -> tuple[tuple[str, KnobValue], ...]:
+    return tuple(sorted((str(k), freeze_knob(v, f"config[{k!r}]")) for k, v in config.items()))
+
+
 @dataclass(frozen=True)
 class Record:
     """One measured candidate: what was run, where, with which knobs, and how it went.
@@ -154,7 +158,7 @@ class Record:
             kind = ErrorKind(error_kind)
         except ValueError:
             raise RecordError(f"unknown error kind {error_kind!r}") from None
-        items = tuple(sorted((str(k), freeze_knob(v, f"config[{k!r}]")) for k, v in config.items()))
+        items = _frozen_config(config)
         flops_value = optional_number(flops, "flops")
         if flops_value is not None and flops_value < 0:
             raise RecordError(f"flops must be non-negative, got {flops!r}")
@@ -186,6 +190,10 @@ class Record:
     def config(self) -> dict[str, Any]:
         """The knob values as a fresh plain-JSON dict (tuples back to lists)."""
         return {k: thaw_knob(v) for k, v in self.config_items}
+
+    def with_config(self, config: Mapping[str, Any]) -> Record:
+        """This record with its knob values replaced (``RecordError`` if one is not JSON)."""
+        return replace(self, config_items=_frozen_config(config))
 
     @property
     def extra(self) -> dict[str, Any]:

@@ -172,26 +172,34 @@ _LOADED = False
 
 
 def canonical_records(records: Iterable[Record]) -> list[Record]:
-    """Records with each workload's arguments completed by its operator's defaults.
+    """Records as the operators read them now: arguments and knobs completed.
 
     A log written before an operator gained an argument (matmul's ``trans_b``)
-    names its workloads without it; with the default filled in, those records
-    match the workloads they measured. Unknown operators and arguments that
-    no longer parse are left as they are.
+    names its workloads without it, and one written before its space gained
+    a knob (matmul's ``pack_a``) has configs without it. With the argument's
+    default and the knob's ``absent`` value filled in, those records match
+    the workloads and configs they measured. Unknown operators and arguments
+    that no longer parse are left as they are.
     """
     out = []
-    cache: dict[str, Workload] = {}
+    cache: dict[str, tuple[Workload, ConfigSpace | None]] = {}
     for r in records:
         key = r.workload.key
         if key not in cache:
-            cache[key] = r.workload
+            cache[key] = (r.workload, None)
             try:
-                parsed = get_operator(r.workload.op).parse_args(r.workload.as_dict())
-                cache[key] = Workload.make(r.workload.op, **parsed)
+                op = get_operator(r.workload.op)
+                parsed = op.parse_args(r.workload.as_dict())
+                cache[key] = (Workload.make(r.workload.op, **parsed), op.space(parsed))
             except (OperatorError, ValueError):
                 pass
-        w = cache[key]
-        out.append(r if w == r.workload else dataclasses.replace(r, workload=w))
+        w, space = cache[key]
+        config = space.complete(r.config) if space is not None else r.config
+        if config != r.config:
+            r = r.with_config(config)
+        if w != r.workload:
+            r = dataclasses.replace(r, workload=w)
+        out.append(r)
     return out
 
 
