@@ -148,14 +148,35 @@ def test_space_rejects_bad_configs() -> None:
         transposed.validate({**matmul.default_config(64, 64, 64), "pack_b": False})
 
 
-def test_only_a_transposed_a_is_packed() -> None:
-    """The untransposed space is the one logs were written in: no pack_a knob, A read in place."""
-    assert "pack_a" not in matmul.config_space(32, 32, 32).knobs
-    s, tensors = matmul.schedule(matmul.default_config(32, 32, 32), 32, 32, 32)
+def test_packing_a_is_a_knob_and_configs_of_older_logs_read_as_unpacked() -> None:
+    space = matmul.config_space(32, 40, 24)
+    old = {k: v for k, v in matmul.default_config(32, 40, 24).items() if k != "pack_a"}
+    assert space.validate(old)["pack_a"] is False, "logs from before the knob read A in place"
+    s, tensors = matmul.schedule(space.validate(old), 32, 40, 24)
     assert "A_global" not in str(tuner.lower(s, tensors))
-    cfg = matmul.default_config(32, 32, 32, trans_a=True)
-    s, tensors = matmul.schedule(cfg, 32, 32, 32, trans_a=True)
+    packed = space.validate({**old, "pack_a": True})
+    s, tensors = matmul.schedule(packed, 32, 40, 24)
     assert "A_global = allocate(float32[" in str(tuner.lower(s, tensors))
+    check(packed, 32, 40, 24, "float32", False, False)
+    cfg = matmul.default_config(32, 32, 32, trans_a=True)
+    assert cfg["pack_a"] is True, "a transposed A is packed by default"
+    unpacked = {k: v for k, v in cfg.items() if k != "pack_a"}
+    with pytest.raises(ValueError, match="missing knob 'pack_a'"):  # that space always had it
+        matmul.config_space(32, 32, 32, trans_a=True).validate(unpacked)
+
+
+def test_records_of_older_logs_get_the_new_knob_so_one_schedule_has_one_key() -> None:
+    from records import Record
+    from search_spaces import canonical_records
+    from tuner.target import Target
+    from tuner.workload import Workload
+
+    w = Workload.make("matmul", M=32, N=40, K=24)
+    old = {k: v for k, v in matmul.default_config(32, 40, 24).items() if k != "pack_a"}
+    rec = Record.make(w, Target.from_name("cpu"), old, samples=(1e-3,))
+    (done,) = canonical_records([rec])
+    assert done.config == {**old, "pack_a": False}
+    assert done.samples == rec.samples and done.workload.as_dict()["trans_b"] is False
 
 
 def test_registered_operator_takes_the_transpose_flags() -> None:
