@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import bench_ops  # noqa: E402
+import bench_report  # noqa: E402
 
 # Awkward arguments: primes, transposes, strides, paddings, dilation, groups, K past float32's
 # exact range for int8, every activation, both reduction axes.
@@ -121,7 +122,7 @@ def test_bench_tunes_times_and_retimes_from_its_log(tmp_path: Path) -> None:
     rows = _bench(tmp_path)
     assert len(rows) == 1
     row = rows[0]
-    assert list(row) == bench_ops.COLUMNS
+    assert list(row) == bench_report.COLUMNS
     assert (row["workload"], row["threads"], row["unit"], row["trials"]) == (
         "matmul_small",
         "1",
