@@ -1,6 +1,6 @@
 """The replay runner: serves recorded measurements, so strategies are compared without timing.
 
->>> replay = ReplayMeasurer(records.load("experiments/logs/matmul256_random.jsonl"))
+>>> replay = ReplayMeasurer(canonical_records(load("experiments/logs/matmul256_sample_400.jsonl")))
 >>> tune("matmul", args, TuneOptions(strategy="xgb", log=tmp), replay=replay)
 """
 
