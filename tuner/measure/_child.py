@@ -79,6 +79,16 @@ def _time(fn: Any, opts: MeasureOptions) -> list[float]:
     return samples
 
 
+def _workload_arrays(op: Any, c: Candidate, refs: dict[str, Any]) -> tuple[Any, Any]:
+    """The inputs of ``c``'s workload and the reference output, made once per workload."""
+    key = repr((c.op, sorted(c.args.items())))
+    if key not in refs:
+        inputs = op.make_inputs(c.args)
+        refs.clear()  # keep one workload's arrays at a time
+        refs[key] = (inputs, op.reference(*inputs, **c.args))
+    return refs[key]
+
+
 def run_candidate(
     c: Candidate,
     opts: MeasureOptions,
@@ -97,12 +107,7 @@ def run_candidate(
         op, tensors, kern = _kernel(c)
     except Exception as exc:
         return {"kind": ErrorKind.COMPILE_ERROR.value, "msg": _short(exc)}
-    key = repr((c.op, sorted(c.args.items())))
-    if key not in refs:
-        inputs = op.make_inputs(c.args)
-        refs.clear()  # keep one workload's arrays at a time
-        refs[key] = (inputs, op.reference(*inputs, **c.args))
-    inputs, expected = refs[key]
+    inputs, expected = _workload_arrays(op, c, refs)
     out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
     loaded()
     try:
@@ -121,12 +126,7 @@ def run_baseline(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> di
     from search_spaces import get_operator
 
     op = get_operator(c.op)
-    key = repr((c.op, sorted(c.args.items())))
-    if key not in refs:
-        inputs = op.make_inputs(c.args)
-        refs.clear()
-        refs[key] = (inputs, op.reference(*inputs, **c.args))
-    inputs = refs[key][0]
+    inputs, _ = _workload_arrays(op, c, refs)
     try:
         samples = _time(lambda: op.reference(*inputs, **c.args), opts)
     except Exception as exc:
