@@ -125,11 +125,11 @@ class Declaration:
         Config(kc=64, pack=False)
         """
         self._claim(name)
-        knob = self._add(ChoiceKnob.create(name, values))
+        knob = ChoiceKnob.create(name, values)
         if absent is not None:
             knob.index(absent)  # raises unless it is one of the values
             self._absent[name] = absent
-        return knob
+        return self._add(knob)
 
     def add_constraint(self, predicate: Callable[[Config], bool], description: str) -> None:
         """Require ``predicate(config)`` of every valid config; ``description`` says why."""
