@@ -68,3 +68,25 @@ def test_build_checks_and_times_the_best_record(capsys, tmp_path) -> None:  # ty
     out = capsys.readouterr().out
     assert "built from record of trial 0; matches NumPy" in out
     assert "x NumPy" in out
+
+
+def test_tune_runs_end_to_end_into_the_default_log_and_resumes(
+    capsys, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The README's main job on a tiny workload: the log lands in the working directory."""
+    from records import load
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["tune", "softmax", "M=4", "N=8", "--retime", "0", "--threads", "1"]
+    assert main([*argv, "--trials", "2"]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "2 measured this run (0 from the log before), 0 errors" in err
+    assert "NumPy reference, timed in the same runner:" in err and "x NumPy" in err
+    assert len(load(tmp_path / "tune.jsonl")) == 2
+    assert main([*argv, "--trials", "1", "--no-baseline"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "1 measured this run (2 from the log before)" in err
+    assert "NumPy reference" not in err
+    assert len({str(r.config) for r in load(tmp_path / "tune.jsonl")}) == 3, (
+        "nothing measured twice"
+    )
