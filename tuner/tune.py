@@ -18,7 +18,7 @@ from records import ErrorKind, LogWriter, Record, config_key, load
 from records import best as records_best
 from records.log import RETIME
 
-from .measure import Candidate, MeasureOptions, Measurer, ReplayMeasurer
+from .measure import Candidate, MeasureOptions, Measurer, MeasureResult, ReplayMeasurer
 from .search import Strategy, get_strategy
 from .space import Config, ConfigError
 from .target import Target
@@ -160,15 +160,11 @@ def tune(
             results = measurer.measure(cands)
             observations = []
             for cfg, res in zip(batch, results, strict=True):
-                rec = Record.make(
+                rec = _measured(
                     workload,
                     target,
                     cfg.to_json(),
-                    samples=res.samples,
-                    error_kind=res.error_kind,
-                    error_msg=res.error_msg,
-                    build_seconds=res.build_seconds,
-                    run_seconds=res.run_seconds,
+                    res,
                     strategy=strategy.name,
                     trial=first_trial + done,
                     predicted=strategy.predicted(cfg),
@@ -211,6 +207,27 @@ def tune(
     )
 
 
+def _measured(
+    workload: Workload,
+    target: Target,
+    config: dict[str, Any],
+    res: MeasureResult,
+    **fields: Any,
+) -> Record:
+    """The record of one measurement: ``res``'s outcome and times, plus ``fields`` (strategy, trial...)."""
+    return Record.make(
+        workload,
+        target,
+        config,
+        samples=res.samples,
+        error_kind=res.error_kind,
+        error_msg=res.error_msg,
+        build_seconds=res.build_seconds,
+        run_seconds=res.run_seconds,
+        **fields,
+    )
+
+
 def _retime(
     measurer: Any,
     log: LogWriter,
@@ -237,18 +254,8 @@ def _retime(
     trial = max(r.trial for r in records) + 1
     out = []
     for i, (r, res) in enumerate(zip(leaders, measurer.measure(cands), strict=True)):
-        rec = Record.make(
-            workload,
-            target,
-            r.config,
-            samples=res.samples,
-            error_kind=res.error_kind,
-            error_msg=res.error_msg,
-            build_seconds=res.build_seconds,
-            run_seconds=res.run_seconds,
-            strategy=RETIME,
-            trial=trial + i,
-            flops=r.flops,
+        rec = _measured(
+            workload, target, r.config, res, strategy=RETIME, trial=trial + i, flops=r.flops
         )
         log.write(rec)
         out.append(rec)
