@@ -259,6 +259,7 @@ def register_blocked(
         axes = s[P].op.axis
         to, ti = s[P].split(axes[packing.tile_dim], factor=tile)
         s[P].reorder(to, axes[packing.k_dim], ti)
+        s[P].vectorize(ti)
     s[C].vectorize(jv)
     return GemmLoops(jo, ko, io, jb, ib, ki, ir, jv)
 

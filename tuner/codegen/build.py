@@ -155,7 +155,9 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
     header = _HEADER.format(
         what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
     )
-    return header + render(func, "numba", njit_flags=flags, parallel=options.parallel)
+    return header + render(
+        func, "numba", njit_flags=flags, parallel=options.parallel, stage_vectors=vec == "slp"
+    )
 
 
 @contextlib.contextmanager

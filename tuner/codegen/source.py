@@ -19,12 +19,26 @@ from ..lower.lower import LoweredFunc
 from ..lower.simplify import simplify
 from ..schedule.state import ScheduleError
 from ..te.dtypes import is_float
-from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Select, Var, substitute
+from ..te.expr import (
+    Binary,
+    Call,
+    Cast,
+    Compare,
+    Const,
+    Expr,
+    Logical,
+    Select,
+    Var,
+    substitute,
+    walk,
+)
 
 __all__ = ["render"]
 
 #: Above this, per-iteration scratch of a parallel loop is allocated inside the loop instead.
 _MAX_SCRATCH_BYTES = 256 * 1024 * 1024
+#: The longest SIMD loop staged through a stack buffer (see ``_Renderer._stage``).
+_MAX_STAGED = 64
 
 _BINOPS = {
     "add": "+",
@@ -39,9 +53,10 @@ _CMPOPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 class _Renderer:
-    def __init__(self, func: LoweredFunc, flavour: str):
+    def __init__(self, func: LoweredFunc, flavour: str, stage_vectors: bool = False):
         self.func = func
         self.numba = flavour == "numba"
+        self.stage_vectors = stage_vectors
         self.lines: list[str] = []
         self.buffers: dict[str, Buffer] = {b.name: b for b in func.args}
         # Scratch allocated once by the entry function: name -> (elements, dtype).
@@ -167,6 +182,8 @@ class _Renderer:
             for k in range(int(s.extent.value)):
                 self.stmt(_subst_stmt(s.body, s.var, Const(k)), depth, parallel)
             return
+        if self.numba and self.stage_vectors and self._stage(s, depth):
+            return
         if self.numba and s.kind == "parallel":
             self.has_prange = True
             self.emit(f"for {s.var} in prange({extent}):", depth)
@@ -174,6 +191,44 @@ class _Renderer:
             note = f"  # {s.kind}" if s.kind != "serial" and not self.numba else ""
             self.emit(f"for {s.var} in range({extent}):{note}", depth)
         self.stmt(s.body, depth + 1, s if s.kind == "parallel" else parallel)
+
+    def _stage(self, s: For, depth: int) -> bool:
+        """A SIMD loop that stores to memory another buffer is read from: through a stack buffer.
+
+        ``for v: Y[f(v)] = g(C[..v..], bias[..v..])`` becomes ``for v: t[v] = g(...)``
+        then ``for v: Y[f(v)] = t[v]``. LLVM's SLP vectorizer (what register-blocked
+        kernels are compiled with) does not know that ``Y`` and ``C`` are distinct
+        arrays, so it cannot move the next iteration's loads above this one's store
+        and leaves the loop scalar; the stack buffer is known to be distinct, so
+        both loops vectorize. Packing B for matmul 1024^3 on one thread went from
+        3.2 to 2.5 ms, and the whole kernel from 30.1 to 28.2 ms.
+
+        Only a loop of constant extent whose body is one store that does not read
+        its own buffer (a read-modify-write would see the old values) is staged.
+        """
+        body = s.body
+        if not isinstance(s.extent, Const) or not isinstance(body, Store):
+            return False
+        n = int(s.extent.value)
+        target = self.buffers[body.buffer]
+        if n < 2 or n > _MAX_STAGED or target.scope == "local":
+            return False
+        loads = [e for e in walk(body.value) if isinstance(e, Load)]
+        if not loads or any(e.buffer == body.buffer for e in loads):
+            return False
+        if all(self.buffers[e.buffer].scope == "local" for e in loads):
+            return False
+        tmp = f"{body.buffer}_{s.var}_v"
+        dtype = target.dtype
+        self.emit(f"{tmp} = carray(stack_empty({n}, np.{dtype}), ({n},))", depth)
+        self.emit(f"for {s.var} in range({n}):", depth)
+        self.emit(f"{tmp}[np.uint64({s.var})] = {self.expr(body.value)}", depth + 1)
+        self.emit(f"for {s.var} in range({n}):", depth)
+        self.emit(
+            f"{body.buffer}[{self.index(body.buffer, body.indices)}] = {tmp}[np.uint64({s.var})]",
+            depth + 1,
+        )
+        return True
 
     def _parallel_scratch(self, b: Buffer, loop: For, depth: int) -> None:
         """One slot per iteration of the parallel loop, allocated by the entry function.
@@ -334,7 +389,11 @@ def _render_threaded(
 
 
 def render(
-    func: LoweredFunc, flavour: str = "print", njit_flags: str = "", parallel: str = "threads"
+    func: LoweredFunc,
+    flavour: str = "print",
+    njit_flags: str = "",
+    parallel: str = "threads",
+    stage_vectors: bool = False,
 ) -> str:
     """The kernel as Python source (``"numba"``) or as a readable loop nest (``"print"``).
 
@@ -345,16 +404,18 @@ def render(
     buffers are allocated by the entry function and passed to the functions
     holding the loops: allocating them inside the loop nest's own function
     kept LLVM from vectorizing register tiles (3.8 against 52 to 74 GFLOP/s).
+    ``stage_vectors`` stores SIMD loops' results through stack buffers (for
+    kernels compiled with the SLP vectorizer, see ``_Renderer._stage``).
     """
     if parallel not in ("threads", "prange"):
         raise ValueError(f"parallel must be 'threads' or 'prange', not {parallel!r}")
-    r = _Renderer(func, flavour)
+    r = _Renderer(func, flavour, stage_vectors)
     if r.numba and parallel == "threads" and _has_parallel(func.body):
         allocs: list[Alloc] = []
         items = _top_level(func.body, allocs)
         if items is not None:
             return _render_threaded(r, func, items, allocs, njit_flags)
-        r = _Renderer(func, flavour)
+        r = _Renderer(func, flavour, stage_vectors)
     r.stmt(func.body, 1, None)
     params = ", ".join(b.name for b in func.args)
     if not r.numba:

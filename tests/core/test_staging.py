@@ -1,0 +1,83 @@
+"""SIMD loops staged through stack buffers under the SLP vectorizer (``_Renderer._stage``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tuner
+from tuner import te
+
+from .ops import matmul
+
+RNG = np.random.default_rng(11)
+SLP = tuner.BuildOptions(vectorizer="slp")
+
+
+def _epilogue(m: int, n: int, lanes: int):  # type: ignore[no-untyped-def]
+    """``Y = max(X * 2 + b, 0)`` with its columns split by ``lanes`` and the inner loop SIMD."""
+    X = te.placeholder((m, n), "float32", name="X")
+    b = te.placeholder((n,), "float32", name="b")
+    Y = te.compute((m, n), lambda i, j: te.maximum(X[i, j] * 2.0 + b[j], te.const(0.0)), name="Y")
+    s = te.create_schedule(Y)
+    _, j = s[Y].op.axis
+    _, ji = s[Y].split(j, factor=lanes)
+    s[Y].vectorize(ji)
+    return s, [X, b, Y]
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "lanes", "staged"),
+    [(5, 16, 8, True), (4, 64, 64, True), (3, 13, 8, False), (1, 7, 16, False)],
+)
+def test_staged_epilogue_matches_numpy(m: int, n: int, lanes: int, staged: bool) -> None:
+    """A split that leaves a ragged last piece runs to ``min(lanes, ...)``: not staged."""
+    s, args = _epilogue(m, n, lanes)
+    kern = tuner.build(s, args, options=SLP)
+    assert ("Y_j_i_v = carray(stack_empty(" in kern.source) == staged
+    x = RNG.standard_normal((m, n)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    y = np.full((m, n), np.nan, np.float32)
+    kern(x, b, y)
+    np.testing.assert_allclose(y, np.maximum(x * 2 + b, 0), rtol=1e-6)
+
+
+def test_loop_vectorizer_kernels_are_not_staged() -> None:
+    """LLVM's loop vectorizer checks aliasing at run time itself."""
+    s, args = _epilogue(4, 16, 8)
+    source = tuner.build(s, args, options=tuner.BuildOptions(vectorizer="loop")).source
+    assert "_v = carray" not in source
+
+
+def test_read_modify_write_is_not_staged() -> None:
+    """``C[i, j] += A[i, k] * B[k, j]`` with j SIMD reads what it stores: staging would be wrong
+    for a loop whose iterations meet the same element, so it is left as it is."""
+    (A, B), C, ref = matmul(7, 24, 5)
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    s[C].reorder(i, k, j)
+    s[C].vectorize(j)
+    kern = tuner.build(s, [A, B, C], options=SLP)
+    assert "_v = carray" not in kern.source
+    a = RNG.standard_normal((7, 5)).astype(np.float32)
+    bm = RNG.standard_normal((5, 24)).astype(np.float32)
+    c = np.empty((7, 24), np.float32)
+    kern(a, bm, c)
+    np.testing.assert_allclose(c, ref(a, bm), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_matmul_stages_its_copy_and_stays_correct() -> None:
+    """matmul's packing copies are SIMD loops: B's panel copy is staged, the tile's is not."""
+    from search_spaces import matmul as mm
+
+    cfg = {**mm.default_config(37, 48, 29), "pack_a": True, "mc_tiles": 2}
+    s, args = mm.schedule(cfg, 37, 48, 29)
+    kern = tuner.build(s, args)
+    assert "B_global_ax1_i_v = carray" in kern.source
+    assert "C_local_" not in kern.source  # the register tile's loads and stores stay as written
+    a = RNG.standard_normal((37, 29)).astype(np.float32)
+    b = RNG.standard_normal((29, 48)).astype(np.float32)
+    c = np.empty((37, 48), np.float32)
+    kern(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
