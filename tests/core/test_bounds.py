@@ -138,7 +138,7 @@ def test_region_buffers_inside_a_parallel_loop_are_per_iteration() -> None:
 
 
 def test_a_stage_that_a_cache_copies_keeps_its_whole_buffer() -> None:
-    """Cache stages address their source by absolute index, so B is not cut to its region."""
+    """A cache_read copy addresses its source by absolute index, so B is not cut to its region."""
     A, B, P, C, ref = _row_softmax_like(5, 12)
     s = te.create_schedule(C)
     row = s[C].op.axis[0]
@@ -151,3 +151,40 @@ def test_a_stage_that_a_cache_copies_keeps_its_whole_buffer() -> None:
     c = np.full((5, 12), np.nan, np.float32)
     tuner.build(s, [A, C])(a, c)
     np.testing.assert_allclose(c, ref(a), rtol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_register_tiled_stage_computed_at_a_loop_gets_its_region(threads: bool, request) -> None:  # type: ignore[no-untyped-def]
+    """C's register tile (cache_write) loads and stores back relative to C's block buffer.
+
+    C (a product, 11 x 13) is computed per block of 5 of Y's columns, tiled 3 x 4
+    with edge tiles on both axes; Y = C + 1 reads the block back.
+    """
+    if threads:
+        request.getfixturevalue("two_threads")
+    A = te.placeholder((11, 6), "float32", name="A")
+    B = te.placeholder((6, 13), "float32", name="B")
+    k = te.reduce_axis(6, name="k")
+    C = te.compute((11, 13), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    Y = te.compute((11, 13), lambda i, j: C[i, j] + 1.0, name="Y")
+    s = te.create_schedule(Y)
+    yi, yj = s[Y].op.axis
+    block, inner = s[Y].split(yj, factor=5)
+    s[Y].reorder(block, yi, inner)
+    if threads:
+        s[Y].parallel(block)
+    s[C].compute_at(s[Y], block)
+    ci, cj = s[C].op.axis
+    io, ii = s[C].split(ci, factor=3)
+    jo, ji = s[C].split(cj, factor=4)
+    s[C].reorder(io, jo, s[C].op.reduce_axis[0], ii, ji)
+    CL = s.cache_write(C, "local")
+    s[CL].compute_at(s[C], jo)
+    text = str(tuner.lower(s, [A, B, Y]))
+    assert "C = allocate(float32[11, 5]" in text
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((11, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 13)).astype(np.float32)
+    y = np.full((11, 13), np.nan, np.float32)
+    tuner.build(s, [A, B, Y])(a, b, y)
+    np.testing.assert_allclose(y, a @ b + 1, rtol=1e-5, atol=1e-5)

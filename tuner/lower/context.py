@@ -65,6 +65,9 @@ class Env:
     specialize: list[Expr] | None = None
     # While building the padded edge version of a register tile (shared with child envs).
     pad: Padding | None = None
+    # Stages computed into region-sized buffers, by name: where a cache stage that
+    # copies one of them (a register tile's load and write-back) finds its offset.
+    regions: dict[str, Cache] = field(default_factory=dict)
 
     def child(self) -> Env:
         return Env(
@@ -74,6 +77,7 @@ class Env:
             set(self.names),
             self.specialize,
             self.pad,
+            dict(self.regions),
         )
 
 

@@ -145,14 +145,16 @@ class _Lowerer:
     def region_buffered(self, s: Stage) -> bool:
         """Whether ``s`` gets a buffer the size of its region where it is computed.
 
-        True for an intermediate computed at a loop, unless a cache stage
-        copies it (cache stages address their source by absolute index).
+        True for an intermediate computed at a loop, unless a ``cache_read``
+        stage copies it (its copy addresses the source by absolute index). A
+        register tile (``cache_write``) loads and stores back relative to the
+        region (``Env.regions``).
         """
         return (
             s.attach.kind == "at"
             and s.origin == "compute"
             and s.name not in self.arg_names
-            and not any(c.origin != "compute" and c.source == s.name for c in self.state.stages)
+            and not any(c.origin == "cache_read" and c.source == s.name for c in self.state.stages)
         )
 
     def _root_cache(self, s: Stage) -> Cache:
@@ -191,6 +193,11 @@ class _Lowerer:
             for a, dim in zip(op_axes, shape, strict=True):
                 conds.append((absolute[a], dim))
                 conds.append((Const(-1) - absolute[a], 1))  # absolute >= 0
+        outer = env.regions.get(stage.source) if stage.origin != "compute" else None
+        if outer is not None:  # a tile of a region buffer: load and store inside the region
+            for a, b, w in zip(op_axes, outer.base, outer.root_extents, strict=True):
+                conds.append((absolute[a] - b, w))
+                conds.append((b - absolute[a], 1))
         return _NestBuilder(
             self, stage, env, names, ext, absolute, conds, body_expr, write_back
         ).build()

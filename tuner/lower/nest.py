@@ -312,6 +312,7 @@ class _NestBuilder:
                 buf = Buffer(child.name, widths, child.tensor.dtype)
                 allocs.append(buf)
                 env.caches[child.name] = Cache(buf, base, child, widths, packed=False)
+                env.regions[child.name] = env.caches[child.name]
             return [self.lw.stage_nest(child, env, (base, widths))]
         ext = leaf_extents(child, dict(zip(child.root, widths, strict=True)))
         buf = Buffer(
@@ -337,6 +338,11 @@ class _NestBuilder:
         if stage.origin != "compute":
             leaf_idx = tuple(self.names[leaf] for leaf in self.leaves)
             src = tuple(self.absolute[a] for a in self.op_axes)
+            region = env.regions.get(stage.source)
+            if region is not None:  # the source holds just its region here
+                src = tuple(
+                    simplify(i - b, env.ranges) for i, b in zip(src, region.base, strict=True)
+                )
             if self.write_back:
                 return Store(stage.source, src, Load(stage.name, leaf_idx, stage.tensor.dtype))
             return Store(stage.name, leaf_idx, Load(stage.source, src, stage.tensor.dtype))
