@@ -108,13 +108,16 @@ def flops(M: int, N: int, K: int) -> float:
 
 
 def kc_choices(K: int) -> list[int]:
-    """Powers of two from 32 to 512, K itself up to 512, and K cut into even blocks of <= 256 or 512.
+    """Powers of two from 32 to 512, K itself up to 1024, and K cut into even blocks of <= 256 or 512.
 
     A KC that leaves a short last block runs that block's reduction loop with
     a bounded trip count (the register tile itself stays unrolled and vectorized).
+    K itself (one pass, each tile loaded and stored once) won for dense with
+    vectors along the batch: at 128 x 768 x 3072, KC 768 against 384 gave
+    7.5 against 7.7 ms on one thread.
     """
     even = {-(-K // -(-K // block)) for block in (256, 512)}
-    return sorted({32, 64, 128, 256, 512, *even, *([K] if K <= 512 else [])})
+    return sorted({32, 64, 128, 256, 512, *even, *([K] if K <= 1024 else [])})
 
 
 def define_gemm_knobs(sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int = 8) -> None:

@@ -50,6 +50,50 @@ def test_epilogue_on_the_cached_block() -> None:
     check(cfg, 13, 33, 45, True, "relu")
 
 
+def _along_batch(m: int, k: int, n: int, bias: bool, activation: str, **knobs: object):  # type: ignore[no-untyped-def]
+    space = dense.config_space(m, k, n, bias, activation)
+    base = {**dense.default_config(m, k, n, bias, activation), "nc_tiles": 1, "vectors": "batch"}
+    if base["epilogue_at"] == "block":
+        base["epilogue_at"] = "panel"
+    return space.validate({**base, **knobs})
+
+
+@pytest.mark.parametrize(
+    "m, k, n, bias, activation, knobs",
+    [
+        (7, 33, 45, True, "relu", {"mr": 6, "nr": 8, "kc": 32, "mc_tiles": 2}),
+        (13, 33, 45, True, "gelu", {"mr": 3, "nr": 16, "kc": 33, "mc_tiles": 4}),
+        (13, 70, 40, False, "none", {"mr": 4, "nr": 8, "kc": 64, "mc_tiles": 1}),
+        (1, 5, 3, True, "tanh", {"mr": 1, "nr": 8, "kc": 32, "mc_tiles": 2}),
+        (16, 64, 96, False, "sigmoid", {"mr": 6, "nr": 16, "kc": 64, "mc_tiles": 16}),
+    ],
+)
+def test_vectors_along_the_batch_match_numpy(  # type: ignore[no-untyped-def]
+    m: int, k: int, n: int, bias: bool, activation: str, knobs
+) -> None:
+    """Awkward extents: neither NR nor MC nor KC divides the shape in most cases."""
+    check(_along_batch(m, k, n, bias, activation, **knobs), m, k, n, bias, activation)
+
+
+def test_vectors_along_the_batch_pack_x_not_w() -> None:
+    """Cheap (no compile): X is packed once, before the parallel loop; W is read in place."""
+    m, k, n = 128, 768, 3072
+    cfg = _along_batch(m, k, n, True, "relu", mr=6, nr=16, kc=768, mc_tiles=16)
+    s, tensors = dense.schedule(cfg, m, k, n, True, "relu")
+    func = tuner.lower(s, tensors)
+    pack, nest = _top_loops(func.body)
+    assert pack.kind == nest.kind == "parallel"
+    assert set(_stores(pack)) == {"X_global"}
+    assert {"C", "C_local", "Y"} <= set(_stores(nest)) and "W_global" not in str(func)
+    assert "X_global = allocate(float32[8, 768, 16]" in str(func)
+
+
+def test_knobs_unused_along_the_batch_take_one_value() -> None:
+    space = dense.config_space(128, 768, 3072, True, "relu")
+    with pytest.raises(tuner.space.ConfigError, match="unused"):
+        space.validate({**_along_batch(128, 768, 3072, True, "relu"), "nc_tiles": 2})
+
+
 def _stores(s: Stmt) -> list[str]:
     if isinstance(s, Store):
         return [s.buffer]
