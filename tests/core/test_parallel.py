@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given
@@ -92,3 +93,61 @@ def test_unknown_parallel_mode_is_refused() -> None:
     s = te.create_schedule(C)
     with pytest.raises(ValueError, match="parallel must be"):
         tuner.build(s, [A, B, C], options=BuildOptions(parallel="openmp"))
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_every_chunk_runs_once_call_after_call() -> None:
+    """Back-to-back calls (workers still polling) and calls after they went to sleep."""
+    import time
+
+    from tuner.codegen import threads
+
+    for n in [2, 3, 17, 100]:
+        for pause in [0.0, 0.0, 0.01]:
+            seen: list[tuple[int, int]] = []
+            threads.parallel_for(lambda lo, hi, out=seen: out.append((lo, hi)), n)
+            assert sorted(seen) == threads.chunks(n, 2)
+            time.sleep(pause)
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_an_error_in_a_worker_chunk_reaches_the_caller_and_the_pool_survives() -> None:
+    from tuner.codegen import threads
+
+    def body(lo: int, hi: int) -> None:
+        if lo > 0:
+            raise ValueError(f"chunk {lo}..{hi} failed")
+
+    with pytest.raises(ValueError, match=r"chunk 5\.\.10 failed"):
+        threads.parallel_for(body, 10)
+    seen: list[int] = []
+    threads.parallel_for(lambda lo, hi: seen.extend(range(lo, hi)), 10)
+    assert sorted(seen) == list(range(10))
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_parallel_for_from_two_threads_at_once() -> None:
+    """Callers on different threads take turns on the pool; each gets all its chunks."""
+    import threading
+
+    from tuner.codegen import threads
+
+    totals = {0: 0, 1: 0}
+    lock = threading.Lock()
+
+    def caller(c: int) -> None:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))  # per thread
+        for _ in range(50):
+
+            def body(lo: int, hi: int) -> None:
+                with lock:
+                    totals[c] += hi - lo
+
+            threads.parallel_for(body, 7)
+
+    workers = [threading.Thread(target=caller, args=(c,)) for c in (0, 1)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert totals == {0: 350, 1: 350}

@@ -17,7 +17,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
-__all__ = ["carray", "erf32", "exp32", "sigmoid32", "stack_empty", "tanh32"]
+__all__ = ["carray", "erf32", "exp32", "load_acquire", "sigmoid32", "stack_empty", "tanh32"]
 
 
 @intrinsic(prefer_literal=True)
@@ -31,6 +31,27 @@ def stack_empty(typingctx, size, dtype):  # type: ignore[no-untyped-def]
         return cgutils.alloca_once(builder, ty, size=size.literal_value)
 
     return types.CPointer(dtype.dtype)(size, dtype), codegen
+
+
+@intrinsic
+def load_acquire(typingctx, array, index):  # type: ignore[no-untyped-def]
+    """``array[index]`` of an int64 array as an atomic load: a polling loop sees other threads' stores.
+
+    A plain load in a loop that stores nothing is hoisted out of it by LLVM.
+    """
+    if not (isinstance(array, types.Array) and array.dtype == types.int64):
+        return None
+    if not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        arrayty = signature.args[0]
+        ary = context.make_array(arrayty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, arrayty, ary, [idx])
+        return builder.load_atomic(ptr, "acquire", 8)
+
+    return types.int64(array, index), codegen
 
 
 @intrinsic
