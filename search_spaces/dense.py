@@ -161,11 +161,17 @@ def config_space(
     """Matmul's register tile and cache blocks, parallel, where the epilogue reads C, and
     whether the tile's vectors run along the output features (W packed) or the batch."""
     sp = ConfigSpace()
-    define_gemm_knobs(sp, batch, out_features, in_features, vector_lanes)
+    define_gemm_knobs(sp, batch, out_features, in_features, vector_lanes, sizes=False)
     sp.define_knob("parallel", [True, False])
     has_epilogue = bias or activation != "none"
     sp.define_knob("epilogue_at", ["panel", "block"] if has_epilogue else ["none"])
     sp.define_knob("vectors", ["features", "batch"], absent="features")
+
+    def fits(c: Any) -> bool:
+        rows, cols = (batch, out_features) if c["vectors"] == "features" else (out_features, batch)
+        return bool(c["nr"] <= 2 * cols + 8 and c["mr"] <= rows)
+
+    sp.add_constraint(fits, "tiles no larger than the matrix (MR along the rows, NR the vectors)")
     sp.add_constraint(
         lambda c: (
             c["vectors"] == "features"
@@ -179,21 +185,32 @@ def config_space(
 def default_config(
     batch: int, in_features: int, out_features: int, bias: bool = True, activation: str = "none"
 ) -> dict[str, Any]:
-    """Matmul's default tile, MC up to 144 rows (one row block for a batch of 128), panels.
+    """Vectors along the batch from 64 rows (a 6x16 tile, blocks of 48 features), else
+    matmul's default tile with MC up to 144 rows (one row block for a batch of 128), panels.
 
-    W is packed once per row block, so a row block that holds the whole batch
-    packs each weight once. At 128 x 768 x 3072 with relu (a 4x24 tile, no
-    edge tiles), 25 alternating runs on one thread (CPU time; the 2-core
-    machine was shared): panels 8.4 ms at best and 10.3 ms median, blocks 9.3
-    and 11.2, NumPy's ``matmul``, ``add`` and ``maximum`` with ``out=`` on one
-    OpenBLAS thread 8.1 and 9.8. At 128 x 3072 x 768 panels and blocks tied.
+    At 128 x 768 x 3072 with relu, interleaved with NumPy's ``matmul``, ``add``
+    and ``maximum`` (``out=``), 11 rounds: vectors along the batch 4.7 ms on two
+    threads and 8.8 on one, the features default 5.4 and 9.9, NumPy 5.9 and
+    10.1. A smaller batch would leave vector lanes idle.
+
+    With vectors along the features, W is packed once per row block, so a
+    row block that holds the whole batch packs each weight once.
     """
+    has_epilogue = bias or activation != "none"
+    epilogue_at = "panel" if has_epilogue else "none"
     cfg = gemm_default(batch, out_features, in_features)
+    if batch >= _BATCH_VECTORS_FROM:
+        kc = in_features if in_features <= 1024 else cfg["kc"]
+        tile = {"mr": min(6, out_features), "nr": 16, "kc": kc, "mc_tiles": 8, "nc_tiles": 1}
+        return {**cfg, **tile, "parallel": True, "epilogue_at": epilogue_at, "vectors": "batch"}
     mr = cfg["mr"]
     fits = [t for t in (1, 2, 4, 8, 16, 24, 32) if t == 1 or t * mr <= 144]
     cfg["mc_tiles"] = next((t for t in fits if t * mr >= batch), fits[-1])
-    has_epilogue = bias or activation != "none"
-    return {**cfg, "parallel": True, "epilogue_at": "panel" if has_epilogue else "none"}
+    return {**cfg, "parallel": True, "epilogue_at": epilogue_at, "vectors": "features"}
+
+
+#: The smallest batch whose default tile runs its vectors along the batch.
+_BATCH_VECTORS_FROM = 64
 
 
 def schedule(

@@ -120,8 +120,14 @@ def kc_choices(K: int) -> list[int]:
     return sorted({32, 64, 128, 256, 512, *even, *([K] if K <= 1024 else [])})
 
 
-def define_gemm_knobs(sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int = 8) -> None:
-    """The register tile (MR x NR), the cache blocks (KC, MC, NC) and their constraints."""
+def define_gemm_knobs(
+    sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int = 8, sizes: bool = True
+) -> None:
+    """The register tile (MR x NR), the cache blocks (KC, MC, NC) and their constraints.
+
+    ``sizes=False`` leaves out "tiles no larger than the matrix", for a caller
+    whose tile may run along either axis (dense): it states its own.
+    """
     sp.define_knob("mr", [1, 2, 3, 4, 5, 6, 8])
     sp.define_knob("nr", [8, 16, 24, 32])
     sp.define_knob("kc", kc_choices(K))
@@ -132,9 +138,10 @@ def define_gemm_knobs(sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int
         f"the MR x NR accumulator tile fits {ACCUMULATOR_REGISTERS} vector registers"
         f" of {vector_lanes} lanes",
     )
-    sp.add_constraint(
-        lambda c: c["nr"] <= 2 * N + 8 and c["mr"] <= M, "tiles no larger than the matrix"
-    )
+    if sizes:
+        sp.add_constraint(
+            lambda c: c["nr"] <= 2 * N + 8 and c["mr"] <= M, "tiles no larger than the matrix"
+        )
 
 
 #: Default register tiles, in vectors per row, and their efficiency: 12 accumulators

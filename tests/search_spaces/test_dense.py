@@ -124,7 +124,7 @@ def test_the_epilogue_is_fused_not_a_second_pass(epilogue_at: str) -> None:
     KC x NR slice its register tiles read.
     """
     m, k, n = 128, 768, 3072
-    cfg = {**default(m, k, n, True, "relu"), "epilogue_at": epilogue_at}
+    cfg = {**default(m, k, n, True, "relu"), "epilogue_at": epilogue_at, "vectors": "features"}
     s, tensors = dense.schedule(cfg, m, k, n, True, "relu")
     func = tuner.lower(s, tensors)
     (nest,) = _top_loops(func.body)
@@ -144,11 +144,14 @@ def test_default_config_is_valid_for_any_shape(
     default(m, k, n, bias, activation)
 
 
-def test_default_holds_a_batch_of_128_in_one_row_block() -> None:
+def test_default_runs_vectors_along_a_large_batch() -> None:
+    """At the suite's shape: vectors along the batch, no edge tiles; a small batch keeps features."""
     cfg = dense.default_config(128, 768, 3072, True, "relu")
-    assert cfg["mr"] * cfg["mc_tiles"] >= 128
-    assert 128 % cfg["mr"] == 0 and 3072 % cfg["nr"] == 0, "no edge tiles at the suite's shape"
-    assert cfg["epilogue_at"] == "panel"
+    assert cfg["vectors"] == "batch" and cfg["epilogue_at"] == "panel"
+    assert 128 % cfg["nr"] == 0 and 3072 % (cfg["mr"] * cfg["mc_tiles"]) == 0
+    small = dense.default_config(8, 768, 3072, True, "relu")
+    assert small["vectors"] == "features"
+    assert small["mr"] * small["mc_tiles"] >= 8, "one row block holds the whole batch"
 
 
 def test_random_legal_configs_lower() -> None:
