@@ -183,7 +183,12 @@ def config_space(
 
 
 def default_config(
-    batch: int, in_features: int, out_features: int, bias: bool = True, activation: str = "none"
+    batch: int,
+    in_features: int,
+    out_features: int,
+    bias: bool = True,
+    activation: str = "none",
+    vectors: str | None = None,
 ) -> dict[str, Any]:
     """Vectors along the batch from 64 rows (a 6x16 tile, blocks of 48 features), else
     matmul's default tile with MC up to 144 rows (one row block for a batch of 128), panels.
@@ -194,12 +199,15 @@ def default_config(
     10.1. A smaller batch would leave vector lanes idle.
 
     With vectors along the features, W is packed once per row block, so a
-    row block that holds the whole batch packs each weight once.
+    row block that holds the whole batch packs each weight once. ``vectors``
+    ("features" or "batch") asks for one orientation whatever the batch.
     """
     has_epilogue = bias or activation != "none"
     epilogue_at = "panel" if has_epilogue else "none"
     cfg = gemm_default(batch, out_features, in_features)
-    if batch >= _BATCH_VECTORS_FROM:
+    if vectors is None:
+        vectors = "batch" if batch >= _BATCH_VECTORS_FROM else "features"
+    if vectors == "batch":
         kc = in_features if in_features <= 1024 else cfg["kc"]
         tile = {"mr": min(6, out_features), "nr": 16, "kc": kc, "mc_tiles": 8, "nc_tiles": 1}
         return {**cfg, **tile, "parallel": True, "epilogue_at": epilogue_at, "vectors": "batch"}

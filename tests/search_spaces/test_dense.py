@@ -151,6 +151,8 @@ def test_default_runs_vectors_along_a_large_batch() -> None:
     assert 128 % cfg["nr"] == 0 and 3072 % (cfg["mr"] * cfg["mc_tiles"]) == 0
     small = dense.default_config(8, 768, 3072, True, "relu")
     assert small["vectors"] == "features"
+    asked = dense.default_config(128, 768, 3072, True, "relu", vectors="features")
+    assert asked["vectors"] == "features" and asked["mr"] * asked["mc_tiles"] >= 128
     assert small["mr"] * small["mc_tiles"] >= 8, "one row block holds the whole batch"
 
 
