@@ -182,6 +182,10 @@ def config_space(
     return sp.freeze()
 
 
+#: The smallest batch whose default tile runs its vectors along the batch.
+_BATCH_VECTORS_FROM = 64
+
+
 def default_config(
     batch: int,
     in_features: int,
@@ -215,10 +219,6 @@ def default_config(
     fits = [t for t in (1, 2, 4, 8, 16, 24, 32) if t == 1 or t * mr <= 144]
     cfg["mc_tiles"] = next((t for t in fits if t * mr >= batch), fits[-1])
     return {**cfg, "parallel": True, "epilogue_at": epilogue_at, "vectors": "features"}
-
-
-#: The smallest batch whose default tile runs its vectors along the batch.
-_BATCH_VECTORS_FROM = 64
 
 
 def schedule(

@@ -193,7 +193,7 @@ class _Renderer:
         self.stmt(s.body, depth + 1, s if s.kind == "parallel" else parallel)
 
     def _stage(self, s: For, depth: int) -> bool:
-        """A SIMD loop that stores to memory another buffer is read from: through a stack buffer.
+        """An innermost loop that stores to memory other buffers are read from: through a stack buffer.
 
         ``for v: Y[f(v)] = g(C[..v..], bias[..v..])`` becomes ``for v: t[v] = g(...)``
         then ``for v: Y[f(v)] = t[v]``. LLVM's SLP vectorizer (what register-blocked
@@ -407,7 +407,7 @@ def render(
     buffers are allocated by the entry function and passed to the functions
     holding the loops: allocating them inside the loop nest's own function
     kept LLVM from vectorizing register tiles (3.8 against 52 to 74 GFLOP/s).
-    ``stage_vectors`` stores SIMD loops' results through stack buffers (for
+    ``stage_vectors`` stores innermost loops' results through stack buffers (for
     kernels compiled with the SLP vectorizer, see ``_Renderer._stage``).
     """
     if parallel not in ("threads", "prange"):

@@ -9,7 +9,7 @@ from ..schedule.state import ScheduleError, Stage
 from ..te.dtypes import is_float
 from ..te.expr import Const, Expr
 from .ir import Buffer
-from .simplify import Ranges
+from .simplify import Ranges, simplify
 
 __all__ = ["Cache", "Env", "Padding", "forward", "identity", "leaf_extents", "root_values"]
 
@@ -37,6 +37,10 @@ class Cache:
     stage: Stage
     root_extents: tuple[int, ...]
     packed: bool = True
+
+    def relative(self, idx: tuple[Expr, ...], ranges: Ranges) -> tuple[Expr, ...]:
+        """Absolute indices of the source as offsets from the region's base."""
+        return tuple(simplify(i - b, ranges) for i, b in zip(idx, self.base, strict=True))
 
 
 @dataclass

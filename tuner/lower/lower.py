@@ -102,10 +102,7 @@ class _Lowerer:
         if cache is None:
             return Load(name, idx, read.dtype)
         if not cache.packed:
-            rel_idx = tuple(
-                simplify(i - b, env.ranges) for i, b in zip(idx, cache.base, strict=True)
-            )
-            return Load(cache.buffer.name, rel_idx, read.dtype)
+            return Load(cache.buffer.name, cache.relative(idx, env.ranges), read.dtype)
         rel = {
             r: simplify(i - b, env.ranges)
             for r, i, b in zip(cache.stage.root, idx, cache.base, strict=True)

@@ -340,9 +340,7 @@ class _NestBuilder:
             src = tuple(self.absolute[a] for a in self.op_axes)
             region = env.regions.get(stage.source)
             if region is not None:  # the source holds just its region here
-                src = tuple(
-                    simplify(i - b, env.ranges) for i, b in zip(src, region.base, strict=True)
-                )
+                src = region.relative(src, env.ranges)
             if self.write_back:
                 return Store(stage.source, src, Load(stage.name, leaf_idx, stage.tensor.dtype))
             return Store(stage.name, leaf_idx, Load(stage.source, src, stage.tensor.dtype))
