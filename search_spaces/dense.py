@@ -58,7 +58,15 @@ from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.te import Tensor
 
-from .matmul import define_gemm_knobs, gemm_default, operand_packing, register_blocked
+from .matmul import (
+    Packing,
+    default_k_unroll,
+    define_gemm_knobs,
+    gemm_default,
+    operand_packing,
+    pack_panels,
+    register_blocked,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -214,6 +222,7 @@ def default_config(
     if vectors == "batch":
         kc = in_features if in_features <= 1024 else cfg["kc"]
         tile = {"mr": min(6, out_features), "nr": 16, "kc": kc, "mc_tiles": 8, "nc_tiles": 1}
+        tile["k_unroll"] = default_k_unroll(kc, in_features)
         return {**cfg, **tile, "parallel": True, "epilogue_at": epilogue_at, "vectors": "batch"}
     mr = cfg["mr"]
     fits = [t for t in (1, 2, 4, 8, 16, 24, 32) if t == 1 or t * mr <= 144]
@@ -297,13 +306,7 @@ def _batch_vectors(s: Schedule, cfg: Mapping[str, Any], X: Tensor, C: Tensor, Y:
     s[C].compute_at(s[Y], block)
     M = X.shape_ints[0]
     register_blocked(s, C, cfg, nc=M)
-    P = s.cache_read(X, "global", [C])
-    pi, pk = s[P].op.axis
-    po, pv = s[P].split(pi, factor=nr)
-    s[P].reorder(po, pk, pv)
-    s[P].vectorize(pv)
-    if cfg["parallel"]:
-        s[P].parallel(po)
+    pack_panels(s, Packing(X, tile_dim=0, k_dim=1), C, nr, parallel=cfg["parallel"])
 
 
 def _register() -> None:

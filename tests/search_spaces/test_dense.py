@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import tuner
 from search_spaces import OperatorError, dense, get_operator
+from search_spaces.matmul import default_k_unroll
 from tuner.lower.ir import Alloc, For, If, Seq, Stmt, Store
 
 
@@ -55,7 +56,10 @@ def _along_batch(m: int, k: int, n: int, bias: bool, activation: str, **knobs: o
     base = {**dense.default_config(m, k, n, bias, activation), "nc_tiles": 1, "vectors": "batch"}
     if base["epilogue_at"] == "block":
         base["epilogue_at"] = "panel"
-    return space.validate({**base, **knobs})
+    cfg = {**base, **knobs}
+    if "k_unroll" not in knobs:  # the default's unrolling fits the default KC
+        cfg["k_unroll"] = default_k_unroll(int(cfg["kc"]), k)  # type: ignore[call-overload]
+    return space.validate(cfg)
 
 
 @pytest.mark.parametrize(

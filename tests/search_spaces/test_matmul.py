@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 import tuner
 from search_spaces import OperatorError, get_operator, matmul
-from tuner.lower.ir import Alloc, For, Seq, Stmt
+from tuner.lower.ir import Alloc, For, If, Seq, Stmt
+from tuner.te.expr import Const
 
 
 def check(  # type: ignore[no-untyped-def]
@@ -175,7 +176,7 @@ def test_records_of_older_logs_get_the_new_knob_so_one_schedule_has_one_key() ->
     old = {k: v for k, v in matmul.default_config(32, 40, 24).items() if k != "pack_a"}
     rec = Record.make(w, Target.from_name("cpu"), old, samples=(1e-3,))
     (done,) = canonical_records([rec])
-    assert done.config == {**old, "pack_a": False}
+    assert done.config == {**old, "pack_a": False, "pack_a_at": "block"}
     assert done.samples == rec.samples and done.workload.as_dict()["trans_b"] is False
 
 
@@ -189,3 +190,67 @@ def test_registered_operator_takes_the_transpose_flags() -> None:
         op.parse_args({"M": 3, "N": 4, "K": 5, "trans_a": "maybe"})
     with pytest.raises(OperatorError, match="M must be a positive integer"):
         op.parse_args({"M": 0, "N": 4, "K": 5})
+
+
+def _unroll_loops(s: Stmt) -> list[For]:
+    if isinstance(s, If):
+        return _unroll_loops(s.then) + (_unroll_loops(s.orelse) if s.orelse else [])
+    if isinstance(s, For):
+        return ([s] if s.kind == "unroll" else []) + _unroll_loops(s.body)
+    if isinstance(s, Seq):
+        return [f for c in s.body for f in _unroll_loops(c)]
+    if isinstance(s, Alloc):
+        return _unroll_loops(s.body)
+    return []
+
+
+@pytest.mark.parametrize("unroll", [2, 4, 8])
+@pytest.mark.parametrize("k, kc", [(96, 32), (72, 72)])
+def test_k_unroll_unrolls_the_tile_update_by_constant_steps(unroll: int, k: int, kc: int) -> None:
+    """K in three blocks of KC, or in one: every unrolled trip stays whole."""
+    m, n = 13, 37
+    space = matmul.config_space(m, n, k)
+    cfg = space.validate({**matmul.default_config(m, n, k), "kc": kc, "k_unroll": unroll})
+    s, tensors = matmul.schedule(cfg, m, n, k)
+    loops = _unroll_loops(tuner.lower(s, tensors).body)
+    assert loops and all(isinstance(f.extent, Const) and f.extent.value == unroll for f in loops)
+    source = tuner.build(s, tensors).source
+    updates = [line for line in source.splitlines() if "C_local[" in line and "+=" in line]
+    assert len(updates) == unroll * len(loops)  # one copy of the update per step
+    check(cfg, m, n, k)
+
+
+def test_k_unroll_must_divide_every_block_of_k_and_older_logs_read_as_not_unrolled() -> None:
+    space = matmul.config_space(16, 16, 1001)
+    with pytest.raises(ValueError, match="k_unroll divides every block of K"):
+        space.validate({**matmul.default_config(16, 16, 1001), "k_unroll": 2})
+    for kc in (32, 128):  # 72 = 32 + 32 + 8; one block of 72 < 128
+        with pytest.raises(ValueError, match="k_unroll divides every block of K"):
+            matmul.config_space(16, 16, 72).validate(
+                {**matmul.default_config(16, 16, 72), "kc": kc, "k_unroll": 2}
+            )
+    assert matmul.default_config(16, 16, 1001)["k_unroll"] == 1
+    assert matmul.default_config(1024, 1024, 1024)["k_unroll"] == 4
+    old = {k: v for k, v in matmul.default_config(16, 16, 64).items() if k != "k_unroll"}
+    assert matmul.config_space(16, 16, 64).validate(old)["k_unroll"] == 1
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_a_packed_once_before_the_nest(parallel: bool, trans_a: bool) -> None:
+    """31 rows in panels of 6: the last panel is short; the pack is its own parallel loop."""
+    m, n, k = 31, 40, 29
+    space = matmul.config_space(m, n, k, trans_a=trans_a)
+    base = matmul.default_config(m, n, k, trans_a=trans_a)
+    cfg = space.validate(
+        {**base, "mr": 6, "nr": 8, "pack_a": True, "pack_a_at": "once", "parallel": parallel}
+    )
+    s, tensors = matmul.schedule(cfg, m, n, k, trans_a=trans_a)
+    body = tuner.lower(s, tensors).body
+    assert isinstance(body, Alloc) and body.buffer.name == "A_global"
+    assert body.buffer.size >= m * k
+    parallel_loops = [f for f in _loops(body) if f.kind == "parallel"]
+    assert len(parallel_loops) == (2 if parallel else 0)
+    check(cfg, m, n, k, trans_a=trans_a)
+    with pytest.raises(ValueError, match="pack_a_at only matters when A is packed"):
+        matmul.config_space(m, n, k).validate({**cfg, "pack_a": False})
