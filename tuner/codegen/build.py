@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..lower.ir import Alloc, For, If, Seq, Stmt
+from ..lower.ir import Alloc, For, If, Seq, Stmt, Store
 from ..lower.lower import LoweredFunc, lower
 from ..schedule.schedule import Schedule
 from ..target import Target
@@ -66,6 +66,9 @@ class Kernel:
         self.target = target
         self._fn = getattr(module, func.name)
         self._threads = int(target.get("threads", 0))
+        stored = {s.buffer for s in _walk(func.body) if isinstance(s, Store)}
+        #: Positions of the arguments the kernel writes (compiled as not overlapping any other).
+        self._written = [k for k, b in enumerate(func.args) if b.name in stored]
         stats = [d.stats for d in _dispatchers(module)]
         #: True when Numba loaded the machine code from its disk cache.
         self.from_cache = bool(stats) and all(
@@ -92,6 +95,14 @@ class Kernel:
                     f"argument {buf.name} must be C-contiguous (use np.ascontiguousarray)"
                 )
             flat.append(a.reshape(-1))
+        for k in self._written:
+            for other, buf in enumerate(self.lowered.args):
+                if other != k and np.may_share_memory(arrays[k], arrays[other]):
+                    raise ValueError(
+                        f"argument {self.lowered.args[k].name} shares memory with argument"
+                        f" {buf.name}: the kernel writes {self.lowered.args[k].name}, so pass it"
+                        " a separate array"
+                    )
         if self._threads:
             import numba
 
@@ -141,7 +152,9 @@ import numba
 import numpy as np
 from numba import prange
 
-from tuner.codegen.runtime import carray, erf32, exp32, sigmoid32, sigmoid64, stack_empty, tanh32
+from tuner.codegen.runtime import (
+    NoAliasCompiler, carray, erf32, exp32, sigmoid32, sigmoid64, stack_empty, tanh32,
+)
 from tuner.codegen.threads import parallel_for
 
 """
@@ -151,7 +164,10 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
     import numba
 
     fm = "{'contract'}" if options.fastmath_contract else "False"
-    flags = f"cache={options.cache}, fastmath={fm}, error_model='numpy', boundscheck=False"
+    flags = (
+        f"cache={options.cache}, fastmath={fm}, error_model='numpy', boundscheck=False,"
+        " pipeline_class=NoAliasCompiler"
+    )
     header = _HEADER.format(
         what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
     )
