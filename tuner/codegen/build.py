@@ -258,7 +258,7 @@ def build(
     """Compile ``sched`` into a kernel taking ``args`` (inputs then outputs).
 
     >>> f = build(s, [A, B, C], target="cpu")
-    >>> f(a, b, c)          # writes c
+    >>> f(a, b, c)          # writes c (c may not share memory with a or b)
     >>> print(f.source)     # the generated Python
     """
     tgt = Target.from_name(target) if isinstance(target, str) else target
