@@ -399,7 +399,7 @@ def schedule(
     A, B, C = define(M, N, K, dtype, trans_a, trans_b)
     s = te.create_schedule(C)
     pack_a = operand_packing(A, trans_a, "A") if cfg["pack_a"] else None
-    once = pack_a is not None and cfg.get("pack_a_at", "block") == "once"
+    once = cfg.get("pack_a_at", "block") == "once"
     loops = register_blocked(
         s,
         C,
@@ -407,8 +407,7 @@ def schedule(
         pack_a=None if once else pack_a,
         pack_b=operand_packing(B, trans_b, "B") if cfg["pack_b"] else None,
     )
-    if once:
-        assert pack_a is not None
+    if once and pack_a is not None:
         pack_panels(s, pack_a, C, int(cfg["mr"]), parallel=cfg["parallel"])
     if cfg["parallel"]:
         s[C].parallel(loops.jo)
