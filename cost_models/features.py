@@ -37,15 +37,16 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.lower.ir import Alloc, Buffer, For, If, Load, Seq, Stmt, Store
+from tuner.lower.ir import Alloc, Buffer, For, If, Load, Store
 from tuner.lower.lower import LoweredFunc
 from tuner.lower.simplify import Linear, Ranges, bounds, linear, simplify
+from tuner.lower.visitor import StmtVisitor
 from tuner.te.dtypes import is_float
-from tuner.te.expr import Binary, Call, Const, Expr, Var, children
+from tuner.te.expr import Binary, Call, Const, Expr, Var, walk
 
 __all__ = ["LOOP_FEATURE_NAMES", "loop_features"]
 
@@ -130,45 +131,53 @@ def _times(loops: tuple[_Loop, ...], weight: float) -> float:
     return n
 
 
-@dataclass
-class _Walk:
-    """What one pass over the IR collects."""
+class _Walk(StmtVisitor):
+    """What one pass over the IR collects: innermost statements, loops, allocations, guards."""
 
-    buffers: dict[str, Buffer]
-    sites: list[_Site] = field(default_factory=list)
-    loops: list[_Loop] = field(default_factory=list)
-    allocs: list[tuple[Buffer, float]] = field(default_factory=list)  # (buffer, executions)
-    n_if: int = 0
-    n_if_else: int = 0
-    max_depth: int = 0
+    def __init__(self, buffers: dict[str, Buffer]):
+        self.buffers = buffers
+        self.sites: list[_Site] = []
+        self.loops: list[_Loop] = []
+        self.allocs: list[tuple[Buffer, float]] = []  # (buffer, executions)
+        self.n_if = 0
+        self.n_if_else = 0
+        self.max_depth = 0
+        # Where the walk is: the enclosing loops, their variables' ranges, the branch weight.
+        self.around: tuple[_Loop, ...] = ()
+        self.ranges: Ranges = {}
+        self.weight = 1.0
 
-    def visit(self, s: Stmt, loops: tuple[_Loop, ...], ranges: Ranges, weight: float) -> None:
-        if isinstance(s, Seq):
-            for child in s.body:
-                self.visit(child, loops, ranges, weight)
-        elif isinstance(s, For):
-            hi = _upper(s.extent, ranges)
-            loop = _Loop(s.var, hi, s.kind, isinstance(s.extent, Const))
-            self.loops.append(loop)
-            self.max_depth = max(self.max_depth, len(loops) + 1)
-            inner = {**ranges, s.var: (0, max(hi - 1, 0))}
-            self.visit(s.body, (*loops, loop), inner, weight)
-        elif isinstance(s, If):
-            self.n_if += 1
-            self.n_if_else += s.orelse is not None
-            cond = simplify(s.cond, ranges)
-            known = bool(cond.value) if isinstance(cond, Const) else None
-            share = weight if s.orelse is None or known is not None else weight / 2
-            if known is not False:
-                self.visit(s.then, loops, ranges, share)
-            if s.orelse is not None and known is not True:
-                self.visit(s.orelse, loops, ranges, share)
-        elif isinstance(s, Alloc):
-            self.buffers[s.buffer.name] = s.buffer
-            self.allocs.append((s.buffer, _times(loops, weight)))
-            self.visit(s.body, loops, ranges, weight)
-        elif isinstance(s, Store):
-            self.sites.append(_Site(s, loops, weight))
+    def visit_For(self, s: For) -> None:
+        hi = _upper(s.extent, self.ranges)
+        loop = _Loop(s.var, hi, s.kind, isinstance(s.extent, Const))
+        self.loops.append(loop)
+        self.max_depth = max(self.max_depth, len(self.around) + 1)
+        saved = self.around, self.ranges
+        self.around = (*self.around, loop)
+        self.ranges = {**self.ranges, s.var: (0, max(hi - 1, 0))}
+        self.visit(s.body)
+        self.around, self.ranges = saved
+
+    def visit_If(self, s: If) -> None:
+        self.n_if += 1
+        self.n_if_else += s.orelse is not None
+        cond = simplify(s.cond, self.ranges)
+        known = bool(cond.value) if isinstance(cond, Const) else None
+        weight = self.weight
+        self.weight = weight if s.orelse is None or known is not None else weight / 2
+        if known is not False:
+            self.visit(s.then)
+        if s.orelse is not None and known is not True:
+            self.visit(s.orelse)
+        self.weight = weight
+
+    def visit_Alloc(self, s: Alloc) -> None:
+        self.buffers[s.buffer.name] = s.buffer
+        self.allocs.append((s.buffer, _times(self.around, self.weight)))
+        self.visit(s.body)
+
+    def visit_Store(self, s: Store) -> None:
+        self.sites.append(_Site(s, self.around, self.weight))
 
 
 def _upper(extent: Expr, ranges: Ranges) -> int:
@@ -184,17 +193,6 @@ def _upper(extent: Expr, ranges: Ranges) -> int:
     return 1
 
 
-def _nodes(e: Expr) -> list[Expr]:
-    """All nodes of ``e``, looking inside IR loads (which ``te.walk`` does not know)."""
-    out: list[Expr] = []
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        stack.extend(node.indices if isinstance(node, Load) else children(node))
-    return out
-
-
 @dataclass(frozen=True)
 class _Access:
     buffer: str
@@ -202,7 +200,7 @@ class _Access:
 
 
 def _accesses(store: Store) -> list[_Access]:
-    reads = [_Access(n.buffer, n.indices) for n in _nodes(store.value) if isinstance(n, Load)]
+    reads = [_Access(n.buffer, n.indices) for n in walk(store.value) if isinstance(n, Load)]
     return [_Access(store.buffer, store.indices), *reads]
 
 
@@ -228,7 +226,7 @@ def _stride(access: _Access, buf: Buffer | None, var: str | None) -> tuple[str, 
         for atom, c in lin.terms.items():
             if isinstance(atom, Var) and atom.name == var:
                 coef += c * st
-            elif any(isinstance(n, Var) and n.name == var for n in _nodes(atom)):
+            elif any(isinstance(n, Var) and n.name == var for n in walk(atom)):
                 irregular = max(irregular, st)
     if irregular:
         return "strided", max(irregular, abs(coef))
@@ -238,7 +236,7 @@ def _stride(access: _Access, buf: Buffer | None, var: str | None) -> tuple[str, 
 
 
 def _depends(access: _Access) -> set[str]:
-    return {n.name for i in access.indices for n in _nodes(i) if isinstance(n, Var)}
+    return {n.name for i in access.indices for n in walk(i) if isinstance(n, Var)}
 
 
 def _traffic(site: _Site, access: _Access, elem_bytes: float, cache: int) -> float:
@@ -256,7 +254,7 @@ def _traffic(site: _Site, access: _Access, elem_bytes: float, cache: int) -> flo
 
 
 def _float_ops(e: Expr) -> int:
-    return sum(isinstance(n, Binary | Call) and is_float(n.dtype) for n in _nodes(e))
+    return sum(isinstance(n, Binary | Call) and is_float(n.dtype) for n in walk(e))
 
 
 def _log(x: float) -> float:
@@ -277,7 +275,7 @@ def loop_features(func: LoweredFunc) -> np.ndarray:
     (1.0, 1.0, 2.0)
     """
     w = _Walk({b.name: b for b in func.args})
-    w.visit(func.body, (), {}, 1.0)
+    w.visit(func.body)
     f: dict[str, float] = dict.fromkeys(LOOP_FEATURE_NAMES, 0.0)
     _structure(f, w)
     _hot_statement(f, w)
@@ -321,7 +319,7 @@ def _hot_statement(f: dict[str, float], w: _Walk) -> None:
     unrolled = [lp.extent for lp in hot.loops if lp.kind == "unroll"]
     f["log_unroll_product"] = _log(math.prod(unrolled)) if unrolled else 0.0
     f["hot_float_ops"] = _float_ops(hot.store.value)
-    f["hot_loads"] = sum(isinstance(n, Load) for n in _nodes(hot.store.value))
+    f["hot_loads"] = sum(isinstance(n, Load) for n in walk(hot.store.value))
 
 
 def _allocations(f: dict[str, float], w: _Walk) -> None:

@@ -5,6 +5,18 @@ from __future__ import annotations
 import numba
 import pytest
 
+from tuner.codegen import backend_kinds
+from tuner.target import Target, TargetError
+
+
+@pytest.fixture(params=backend_kinds())
+def backend_target(request):  # type: ignore[no-untyped-def]
+    """A target of each kind that has a backend, where this machine has one (the contract suite)."""
+    try:
+        return Target.from_name(request.param)
+    except TargetError as exc:
+        pytest.skip(f"no {request.param} target on this machine: {exc}")
+
 
 @pytest.fixture
 def two_threads():  # type: ignore[no-untyped-def]

@@ -61,7 +61,7 @@ def test_a_changed_runtime_helper_means_a_new_kernel(monkeypatch, tmp_path) -> N
     import tuner
     from tuner import te
 
-    build_module = importlib.import_module("tuner.codegen.build")
+    build_module = importlib.import_module("tuner.codegen.cpu.backend")
 
     monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
     A = te.placeholder((8,), "float32", name="A")

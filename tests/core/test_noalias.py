@@ -10,7 +10,7 @@ import pytest
 
 import tuner
 from tuner import te
-from tuner.codegen.build import _dispatchers
+from tuner.codegen.cpu.backend import _dispatchers
 
 from .ops import matmul
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import tuner
 from tuner import te
-from tuner.codegen.build import BuildOptions
-from tuner.codegen.threads import chunks
+from tuner.codegen import BuildOptions
+from tuner.codegen.cpu.threads import chunks
 
 from .ops import matmul
 
@@ -100,7 +100,7 @@ def test_every_chunk_runs_once_call_after_call() -> None:
     """Back-to-back calls (workers still polling) and calls after they went to sleep."""
     import time
 
-    from tuner.codegen import threads
+    from tuner.codegen.cpu import threads
 
     for n in [2, 3, 17, 100]:
         for pause in [0.0, 0.0, 0.01]:
@@ -112,7 +112,7 @@ def test_every_chunk_runs_once_call_after_call() -> None:
 
 @pytest.mark.usefixtures("two_threads")
 def test_an_error_in_a_worker_chunk_reaches_the_caller_and_the_pool_survives() -> None:
-    from tuner.codegen import threads
+    from tuner.codegen.cpu import threads
 
     def body(lo: int, hi: int) -> None:
         if lo > 0:
@@ -130,7 +130,7 @@ def test_parallel_for_from_two_threads_at_once() -> None:
     """Callers on different threads take turns on the pool; each gets all its chunks."""
     import threading
 
-    from tuner.codegen import threads
+    from tuner.codegen.cpu import threads
 
     totals = {0: 0, 1: 0}
     lock = threading.Lock()

@@ -1,4 +1,9 @@
-"""Every schedule primitive, built with Numba, against the NumPy reference."""
+"""The backend contract: every schedule primitive, built by each backend, against NumPy.
+
+Every test taking ``backend_target`` runs once per target kind that has a
+backend (``tuner.codegen.backend_kinds``), skipped where this machine has no
+such target; today that is the CPU's Numba backend.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from .ops import chain, conv2d, matmul, row_max
 RNG = np.random.default_rng(7)
 
 
-def run(inputs, out, ref, s, rtol: float = 1e-4, atol: float = 1e-5) -> tuner.Kernel:  # type: ignore[no-untyped-def]
+def run(inputs, out, ref, s, rtol: float = 1e-4, atol: float = 1e-5, target="cpu") -> tuner.Kernel:  # type: ignore[no-untyped-def]
     arrays = []
     for t in inputs:
         shape = t.shape_ints
@@ -24,7 +29,7 @@ def run(inputs, out, ref, s, rtol: float = 1e-4, atol: float = 1e-5) -> tuner.Ke
         else:
             arrays.append((RNG.random(shape, dtype=np.float64) * 2 - 1).astype(t.dtype))
     result = np.full(out.shape_ints, 12345, dtype=out.dtype)
-    kern = tuner.build(s, [*inputs, out])
+    kern = tuner.build(s, [*inputs, out], target=target)
     kern(*arrays, result)
     np.testing.assert_allclose(result, ref(*arrays), rtol=rtol, atol=atol)
     return kern
@@ -139,52 +144,54 @@ PRIMITIVES = [
 
 
 @pytest.mark.parametrize("prim", PRIMITIVES, ids=lambda f: f.__name__.strip("_"))
-def test_matmul_primitive(prim) -> None:  # type: ignore[no-untyped-def]
+def test_matmul_primitive(prim, backend_target) -> None:  # type: ignore[no-untyped-def]
     inputs, C, ref, s = _mm_sched(prim)
-    run(inputs, C, ref, s)
+    run(inputs, C, ref, s, target=backend_target)
 
 
-def test_int8_matmul_accumulates_in_int32() -> None:
+def test_int8_matmul_accumulates_in_int32(backend_target) -> None:  # type: ignore[no-untyped-def]
     inputs, C, ref = matmul(9, 11, 64, dtype="int8")
     s = te.create_schedule(C)
-    run(inputs, C, ref, s, rtol=0, atol=0)
+    run(inputs, C, ref, s, rtol=0, atol=0, target=backend_target)
 
 
-def test_conv2d_with_padding_inline_and_compute_at() -> None:
+def test_conv2d_with_padding_inline_and_compute_at(backend_target) -> None:  # type: ignore[no-untyped-def]
     inputs, O, ref = conv2d(1, 3, 7, 9, 4, 3, 2, 1)
     P = O.op.inputs[0]
     s = te.create_schedule(O)
     s[P].compute_inline()
-    run(inputs, O, ref, s)
+    run(inputs, O, ref, s, target=backend_target)
     s = te.create_schedule(O)
     b, f, y, x = s[O].op.axis
     s[P].compute_at(s[O], y)
-    run(inputs, O, ref, s)
+    run(inputs, O, ref, s, target=backend_target)
 
 
-def test_row_max_and_elementwise_chain() -> None:
+def test_row_max_and_elementwise_chain(backend_target) -> None:  # type: ignore[no-untyped-def]
     inputs, M, ref = row_max(13, 31)
     s = te.create_schedule(M)
     (k,) = s[M].op.reduce_axis
     s[M].split(k, factor=8)
-    run(inputs, M, ref, s, rtol=0, atol=0)
+    run(inputs, M, ref, s, rtol=0, atol=0, target=backend_target)
     inputs, U, ref = chain(7, 19)
     s = te.create_schedule(U)
     s[U.op.inputs[0]].compute_inline()
-    run(inputs, U, ref, s, rtol=1e-5, atol=2e-6)
+    run(inputs, U, ref, s, rtol=1e-5, atol=2e-6, target=backend_target)
 
 
-def test_cpu_codegen_rejects_gpu_bindings() -> None:
+def test_a_target_without_gpu_threads_rejects_bindings(backend_target) -> None:  # type: ignore[no-untyped-def]
+    if backend_target.get("max_threads_per_block", 0):
+        pytest.skip(f"{backend_target.kind} runs GPU threads")
     inputs, C, ref = matmul(4, 4, 4)
     s = te.create_schedule(C)
     s[C].bind(s[C].op.axis[0], "threadIdx.x")
-    with pytest.raises(tuner.ScheduleError, match="cpu target does not have"):
-        tuner.build(s, [*inputs, C])
+    with pytest.raises(tuner.ScheduleError, match="has no GPU threads"):
+        tuner.build(s, [*inputs, C], target=backend_target)
 
 
-def test_kernel_checks_its_arguments() -> None:
+def test_kernel_checks_its_arguments(backend_target) -> None:  # type: ignore[no-untyped-def]
     inputs, C, ref = matmul(4, 4, 4)
-    kern = tuner.build(te.create_schedule(C), [*inputs, C])
+    kern = tuner.build(te.create_schedule(C), [*inputs, C], target=backend_target)
     a = np.zeros((4, 4), np.float32)
     with pytest.raises(TypeError, match="must be float32"):
         kern(a, a.astype(np.float64), a)
@@ -196,7 +203,7 @@ def test_kernel_checks_its_arguments() -> None:
 def test_fast_math_intrinsics_match_numpy() -> None:
     from math import erf
 
-    from tuner.codegen.runtime import erf32, exp32, sigmoid32, tanh32
+    from tuner.codegen.cpu.runtime import erf32, exp32, sigmoid32, tanh32
 
     x = np.concatenate([np.linspace(-87, 88, 2001), np.linspace(-1e-3, 1e-3, 101)]).astype(
         np.float32

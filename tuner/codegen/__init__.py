@@ -1,5 +1,27 @@
-"""Numba code generation: loop nests to compiled kernels."""
+"""Code generation: backends by target kind, turning loop nests into compiled kernels.
 
-from .build import BuildOptions, Kernel, build, cache_dir
+>>> f = tuner.build(s, [A, B, C], target="cpu")    # lower, then the cpu backend compiles
+>>> get_backend("cpu").source(tuner.lower(s, [A, B, C]), target, BuildOptions())
+"""
 
-__all__ = ["BuildOptions", "Kernel", "build", "cache_dir"]
+from .backend import (
+    Backend,
+    BuildOptions,
+    Kernel,
+    backend_kinds,
+    cache_dir,
+    get_backend,
+    register_backend,
+)
+from .build import build
+
+__all__ = [
+    "Backend",
+    "BuildOptions",
+    "Kernel",
+    "backend_kinds",
+    "build",
+    "cache_dir",
+    "get_backend",
+    "register_backend",
+]

@@ -1,17 +1,20 @@
-"""The loop-nest IR that lowering produces and code generation consumes.
+"""The loop-nest IR that lowering produces and the backends consume.
 
 Statements are frozen dataclasses with tuple children. Loops carry their kind
-(serial, parallel, vectorize, unroll, or a GPU thread tag) and buffers their
-memory scope (global, local, shared), so targets read both as data.
+(``LoopKind``: serial, parallel, vectorize, unroll, or a GPU index) and
+buffers their memory scope (``Scope``: global, local, shared), so backends
+read both as data. Walk and rewrite statements with ``tuner.lower.visitor``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from ..kinds import LoopKind, Scope
 from ..te.expr import Expr
 
-__all__ = ["Alloc", "Buffer", "For", "If", "Load", "Seq", "Stmt", "Store"]
+__all__ = ["Alloc", "Barrier", "Buffer", "For", "If", "Load", "Seq", "Stmt", "Store", "seq"]
 
 
 @dataclass(frozen=True)
@@ -21,8 +24,11 @@ class Buffer:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    scope: str = "global"
+    scope: Scope = Scope.GLOBAL
     is_arg: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scope", Scope(self.scope))
 
     @property
     def size(self) -> int:
@@ -34,6 +40,10 @@ class Buffer:
 
 @dataclass(frozen=True, eq=True)
 class Load(Expr):
+    """``buffer[indices]``: a read of a buffer, in the buffer's own (multi-dimensional) indices."""
+
+    child_fields: ClassVar[tuple[str, ...]] = ("indices",)
+
     buffer: str
     indices: tuple[Expr, ...]
     dtype: str
@@ -55,10 +65,15 @@ class Store(Stmt):
 
 @dataclass(frozen=True)
 class For(Stmt):
+    """``for var in range(extent)``, run as ``kind`` says (a string is read as a ``LoopKind``)."""
+
     var: str
     extent: Expr
-    kind: str  # serial, parallel, vectorize, unroll, or a thread tag such as threadIdx.x
+    kind: LoopKind
     body: Stmt
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", LoopKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,21 @@ class Alloc(Stmt):
     body: Stmt
 
 
+@dataclass(frozen=True)
+class Barrier(Stmt):
+    """Every thread of a block waits here until all have arrived and ``scope``'s writes are seen.
+
+    GPU backends emit it between a cooperative copy into shared memory and
+    the reads of that copy (and before the copy is overwritten); a backend
+    whose loops are not threads has nothing to wait for.
+    """
+
+    scope: Scope = Scope.SHARED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scope", Scope(self.scope))
+
+
 def seq(stmts: list[Stmt]) -> Stmt:
     flat: list[Stmt] = []
     for s in stmts:
@@ -89,3 +119,7 @@ def seq(stmts: list[Stmt]) -> Stmt:
         else:
             flat.append(s)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+#: The statement classes, for visitors that dispatch on them.
+STMT_TYPES: tuple[type[Stmt], ...] = (Store, For, If, Seq, Alloc, Barrier)

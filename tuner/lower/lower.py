@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..kinds import Scope
 from ..schedule.schedule import Schedule
 from ..schedule.state import ScheduleError, Stage, State
+from ..target import Target
 from ..te.expr import (
     Const,
     Expr,
@@ -26,11 +28,12 @@ from ..te.expr import (
 )
 from ..te.tensor import ComputeOp, Tensor
 from .context import Cache, Env, const_int, forward, leaf_extents, root_values
-from .ir import Alloc, Buffer, Load, Stmt, seq
+from .ir import Alloc, Buffer, For, Load, Stmt, seq
 from .nest import _NestBuilder
 from .simplify import Linear, linear, render_linear, simplify
+from .visitor import walk_stmts
 
-__all__ = ["LoweredFunc", "lower"]
+__all__ = ["LoweredFunc", "check_capabilities", "lower"]
 
 
 @dataclass(frozen=True)
@@ -270,12 +273,33 @@ def _inline(state: State) -> dict[str, Expr]:
     return bodies
 
 
-def lower(sched: Schedule, args: list[Tensor], name: str = "kernel") -> LoweredFunc:
-    """Lower ``sched`` to a loop nest whose arguments are ``args`` (inputs and outputs)."""
+def lower(
+    sched: Schedule, args: list[Tensor], name: str = "kernel", target: Target | None = None
+) -> LoweredFunc:
+    """Lower ``sched`` to a loop nest whose arguments are ``args`` (inputs and outputs).
+
+    Given a ``target``, the loop nest is checked against its capabilities
+    (``ScheduleError`` where it asks for what the target lacks); the loop nest
+    itself does not depend on the target.
+    """
     lw = _Lowerer(sched.state, args)
     body = lw.lower_root()
-    params = tuple(Buffer(t.name, t.shape_ints, t.dtype, "global", True) for t in args)
+    params = tuple(Buffer(t.name, t.shape_ints, t.dtype, Scope.GLOBAL, True) for t in args)
     for t in args:
         if t.name not in lw.shapes:
             raise ScheduleError(f"argument {t.name} is not part of the scheduled computation")
-    return LoweredFunc(name, params, body)
+    func = LoweredFunc(name, params, body)
+    if target is not None:
+        check_capabilities(func, target)
+    return func
+
+
+def check_capabilities(func: LoweredFunc, target: Target) -> None:
+    """Refuse a loop nest that needs what ``target`` does not have (GPU threads, for now)."""
+    threads = int(target.get("max_threads_per_block", 0))
+    for s in walk_stmts(func.body):
+        if isinstance(s, For) and s.kind.is_thread and not threads:
+            raise ScheduleError(
+                f"loop {s.var} is bound to {s.kind}, but target {target} has no GPU threads"
+                " (no max_threads_per_block capability); remove the bind"
+            )

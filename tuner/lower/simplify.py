@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from ..te.dtypes import is_int
 from ..te.expr import Binary, Cast, Compare, Const, Expr, Logical, Select, Var, children, transform
-from .ir import Load
 
 __all__ = ["Linear", "Ranges", "bounds", "linear", "render_linear", "simplify"]
 
@@ -210,8 +209,6 @@ def simplify(expr: Expr, ranges: Ranges | None = None) -> Expr:
     r = ranges or {}
 
     def go(e: Expr) -> Expr:
-        if isinstance(e, Load):
-            return Load(e.buffer, tuple(go(i) for i in e.indices), e.dtype)
         if children(e):
             e = transform(e, lambda x: None if x is e else go(x))
         folded = _fold(e, r)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..kinds import LoopKind, Scope
 from ..te.expr import Const, Expr, IterVar, TensorRead, transform
 from ..te.tensor import ComputeOp, Tensor
 from .steps import (
@@ -61,8 +62,13 @@ class Axis:
     name: str
     extent: Expr
     kind: str  # "spatial" or "reduce"
-    annotation: str = "serial"
-    thread: str | None = None
+    annotation: LoopKind = LoopKind.SERIAL
+    thread: LoopKind | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "annotation", LoopKind(self.annotation))
+        if self.thread is not None:
+            object.__setattr__(self, "thread", LoopKind(self.thread))
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class Stage:
     leaves: tuple[str, ...]
     relations: tuple[Relation, ...] = ()
     attach: Attach = Attach()
-    scope: str = "global"
+    scope: Scope = Scope.GLOBAL
     source: str = ""  # the cached tensor, for cache stages
     is_output: bool = False
 
@@ -290,7 +296,7 @@ def _annotate(state: State, st: Annotate) -> State:
             extent is not None and extent <= MAX_UNROLL,
             f"axis {ax.name} has {extent} iterations; unroll at most {MAX_UNROLL}",
         )
-    return state.with_stage(stage._set_axis(replace(ax, annotation=st.annotation)))
+    return state.with_stage(stage._set_axis(replace(ax, annotation=LoopKind(st.annotation))))
 
 
 def _bind(state: State, st: Bind) -> State:
@@ -305,7 +311,7 @@ def _bind(state: State, st: Bind) -> State:
     )
     used = [a.name for a in stage.axes if a.thread == st.thread]
     check(not used, f"{st.thread} is already bound to axis {', '.join(used)}")
-    return state.with_stage(stage._set_axis(replace(ax, thread=st.thread)))
+    return state.with_stage(stage._set_axis(replace(ax, thread=LoopKind(st.thread))))
 
 
 def _ancestors(state: State, stage: Stage) -> list[str]:
@@ -366,7 +372,7 @@ def _copy_stage(name: str, source: Tensor, origin: str, scope: str) -> Stage:
     copy = Tensor(name, source.shape, source.dtype, ComputeOp(name, axis, source[axis]))
     axes = tuple(Axis(a.name, a.extent, "spatial") for a in axis)
     names = tuple(a.name for a in axes)
-    return Stage(name, copy, origin, names, axes, names, scope=scope, source=source.name)
+    return Stage(name, copy, origin, names, axes, names, scope=Scope(scope), source=source.name)
 
 
 def _cache_read(state: State, st: CacheRead) -> State:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from ..kinds import ANNOTATIONS, SCOPES, THREAD_TAGS
+
 __all__ = [
     "ANNOTATIONS",
     "SCOPES",
@@ -30,17 +32,6 @@ __all__ = [
     "Step",
     "step_from_json",
 ]
-
-ANNOTATIONS = ("serial", "parallel", "vectorize", "unroll")
-SCOPES = ("global", "local", "shared")
-THREAD_TAGS = (
-    "blockIdx.x",
-    "blockIdx.y",
-    "blockIdx.z",
-    "threadIdx.x",
-    "threadIdx.y",
-    "threadIdx.z",
-)
 
 
 @dataclass(frozen=True)

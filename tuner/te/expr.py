@@ -9,8 +9,9 @@ inside an expression.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from .dtypes import check_dtype, is_float, promote
 
@@ -45,9 +46,16 @@ REDUCERS = ("sum", "max", "min")
 
 
 class Expr:
-    """Base of all expression nodes; gives them arithmetic and comparison operators."""
+    """Base of all expression nodes; gives them arithmetic and comparison operators.
+
+    ``child_fields`` names the fields that hold sub-expressions (an ``Expr`` or
+    a tuple of them): :func:`children`, :func:`walk` and :func:`transform`
+    read it, so a node defined elsewhere (the IR's ``Load``) is walked and
+    rebuilt like the ones here.
+    """
 
     dtype: str
+    child_fields: ClassVar[tuple[str, ...]] = ()
 
     def __add__(self, other: ExprLike) -> Expr:
         return binary("add", self, other)
@@ -162,6 +170,8 @@ class IterVar(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Binary(Expr):
+    child_fields: ClassVar[tuple[str, ...]] = ("a", "b")
+
     op: str
     a: Expr
     b: Expr
@@ -176,6 +186,8 @@ class Binary(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Compare(Expr):
+    child_fields: ClassVar[tuple[str, ...]] = ("a", "b")
+
     op: str
     a: Expr
     b: Expr
@@ -188,6 +200,8 @@ class Compare(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Logical(Expr):
+    child_fields: ClassVar[tuple[str, ...]] = ("args",)
+
     op: str
     args: tuple[Expr, ...]
     dtype: str = "bool"
@@ -200,6 +214,8 @@ class Logical(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Select(Expr):
+    child_fields: ClassVar[tuple[str, ...]] = ("cond", "true_value", "false_value")
+
     cond: Expr
     true_value: Expr
     false_value: Expr
@@ -211,6 +227,8 @@ class Select(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Cast(Expr):
+    child_fields: ClassVar[tuple[str, ...]] = ("value",)
+
     dtype: str
     value: Expr
 
@@ -221,6 +239,8 @@ class Cast(Expr):
 @dataclass(frozen=True, eq=True)
 class Call(Expr):
     """A math intrinsic (exp, log, sqrt, tanh, sigmoid, erf, abs)."""
+
+    child_fields: ClassVar[tuple[str, ...]] = ("args",)
 
     name: str
     args: tuple[Expr, ...]
@@ -233,6 +253,8 @@ class Call(Expr):
 @dataclass(frozen=True, eq=False)
 class TensorRead(Expr):
     """``tensor[indices]``; tensors compare by identity, indices structurally."""
+
+    child_fields: ClassVar[tuple[str, ...]] = ("indices",)
 
     tensor: Tensor
     indices: tuple[Expr, ...]
@@ -255,6 +277,8 @@ class TensorRead(Expr):
 @dataclass(frozen=True, eq=True)
 class Reduce(Expr):
     """A reduction of ``source`` over ``axes`` with ``combiner`` (sum, max, min)."""
+
+    child_fields: ClassVar[tuple[str, ...]] = ("source",)
 
     combiner: str
     source: Expr
@@ -326,19 +350,15 @@ def walk(expr: Expr) -> list[Expr]:
 
 
 def children(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Binary | Compare):
-        return (node.a, node.b)
-    if isinstance(node, Logical | Call):
-        return node.args
-    if isinstance(node, Select):
-        return (node.cond, node.true_value, node.false_value)
-    if isinstance(node, Cast):
-        return (node.value,)
-    if isinstance(node, TensorRead):
-        return node.indices
-    if isinstance(node, Reduce):
-        return (node.source,)
-    return ()
+    """The sub-expressions of ``node``, in field order (see ``Expr.child_fields``)."""
+    out: list[Expr] = []
+    for name in node.child_fields:
+        value = getattr(node, name)
+        if isinstance(value, tuple):
+            out.extend(value)
+        else:
+            out.append(value)
+    return tuple(out)
 
 
 def substitute(expr: Expr, mapping: dict[str, Expr]) -> Expr:
@@ -346,30 +366,31 @@ def substitute(expr: Expr, mapping: dict[str, Expr]) -> Expr:
     return transform(expr, lambda e: mapping.get(e.name) if isinstance(e, Var | IterVar) else None)
 
 
-def transform(expr: Expr, fn: Any) -> Expr:
-    """Rebuild ``expr`` bottom-up; ``fn(node)`` may return a replacement or None."""
+def transform(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild ``expr`` bottom-up; ``fn(node)`` may return a replacement or None.
+
+    A node none of whose children changed is returned as it is, so an
+    unchanged subtree costs no allocation.
+    """
     replaced = fn(expr)
     if replaced is not None:
         return replaced
-    if isinstance(expr, Binary):
-        return Binary(expr.op, transform(expr.a, fn), transform(expr.b, fn), expr.dtype)
-    if isinstance(expr, Compare):
-        return Compare(expr.op, transform(expr.a, fn), transform(expr.b, fn))
-    if isinstance(expr, Logical):
-        return Logical(expr.op, tuple(transform(a, fn) for a in expr.args))
-    if isinstance(expr, Call):
-        return Call(expr.name, tuple(transform(a, fn) for a in expr.args), expr.dtype)
-    if isinstance(expr, Select):
-        return Select(
-            transform(expr.cond, fn),
-            transform(expr.true_value, fn),
-            transform(expr.false_value, fn),
-            expr.dtype,
-        )
-    if isinstance(expr, Cast):
-        return Cast(expr.dtype, transform(expr.value, fn))
-    if isinstance(expr, TensorRead):
-        return TensorRead(expr.tensor, tuple(transform(i, fn) for i in expr.indices), expr.dtype)
-    if isinstance(expr, Reduce):
-        return Reduce(expr.combiner, transform(expr.source, fn), expr.axes, expr.dtype)
-    return expr
+    changes: dict[str, Any] = {}
+    for name in expr.child_fields:
+        value = getattr(expr, name)
+        if isinstance(value, tuple):
+            new: Any = tuple(transform(v, fn) for v in value)
+            same = all(a is b for a, b in zip(new, value, strict=True))
+        else:
+            new = transform(value, fn)
+            same = new is value
+        if not same:
+            changes[name] = new
+    if not changes:
+        return expr
+    # A copy with new children: nodes are frozen dataclasses without __post_init__,
+    # and this is the hot path of lowering (dataclasses.replace re-runs __init__).
+    node = object.__new__(type(expr))
+    node.__dict__.update(expr.__dict__)
+    node.__dict__.update(changes)
+    return node

@@ -1,0 +1,166 @@
+"""Backends: code generators found by target kind, each turning a lowered function into a kernel.
+
+A backend registers itself for a target kind (``@register_backend("cpu")``);
+``get_backend(target)`` finds it, importing the built-in one on first use so
+that a backend's heavy dependencies (Numba, numba-cuda) load only when used.
+The CPU Numba backend is built in (``tuner.codegen.cpu``).
+
+>>> backend = get_backend(Target.from_name("cpu"))
+>>> kernel = backend.compile(tuner.lower(s, [A, B, C], target=t), t)
+>>> kernel(a, b, c)
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..lower.lower import LoweredFunc
+from ..target import Target, TargetError
+
+__all__ = [
+    "Backend",
+    "BuildOptions",
+    "Kernel",
+    "backend_kinds",
+    "cache_dir",
+    "check_arrays",
+    "get_backend",
+    "register_backend",
+]
+
+
+def cache_dir() -> Path:
+    """Where kernels are cached: ``$TUNER_CACHE_DIR``, else the user's cache folder."""
+    env = os.environ.get("TUNER_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tuner" / "kernels"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How a kernel is compiled; every field is part of the cache key.
+
+    A backend reads the fields that mean something to it and ignores the rest.
+    """
+
+    vectorizer: str = "auto"  # "auto", "slp" (register blocks) or "loop"
+    fastmath_contract: bool = True  # allow fused multiply-add
+    #: How top-level parallel loops run on a CPU: "threads" (nogil chunks on a
+    #: thread pool, compiled as fast as serial code) or "prange" (Numba's parfors).
+    parallel: str = "threads"
+    cache: bool = True
+
+
+class Kernel(abc.ABC):
+    """A compiled kernel: call it with arrays in argument order; it writes the outputs."""
+
+    lowered: LoweredFunc
+    source: str
+    target: Target
+    #: True when the machine code was loaded from a disk cache, not compiled.
+    from_cache: bool
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return self.lowered.args
+
+    @abc.abstractmethod
+    def __call__(self, *arrays: Any) -> None: ...
+
+
+class Backend(abc.ABC):
+    """Code generation for one kind of target.
+
+    ``compile`` must give a kernel whose outputs equal the lowered function's
+    meaning for every legal schedule (the backend contract tests check this
+    for each registered backend); ``source`` is the generated text, readable
+    and printable.
+    """
+
+    kind: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def source(self, func: LoweredFunc, target: Target, options: BuildOptions) -> str:
+        """The generated source of ``func``."""
+
+    @abc.abstractmethod
+    def compile(self, func: LoweredFunc, target: Target, options: BuildOptions) -> Kernel:
+        """A callable kernel for ``func`` (cached on disk where the backend can)."""
+
+
+_REGISTRY: dict[str, type[Backend]] = {}
+_INSTANCES: dict[str, Backend] = {}
+#: Where the built-in backends live, by target kind: imported on first use.
+_BUILTIN = {"cpu": "tuner.codegen.cpu"}
+
+
+def register_backend(kind: str) -> Callable[[type[Backend]], type[Backend]]:
+    """Register a backend class for targets of ``kind`` (a plugin point)."""
+
+    def deco(cls: type[Backend]) -> type[Backend]:
+        cls.kind = kind
+        _REGISTRY[kind] = cls
+        _INSTANCES.pop(kind, None)
+        return cls
+
+    return deco
+
+
+def backend_kinds() -> list[str]:
+    """Target kinds with a backend (the built-in ones, loaded or not, and registered ones)."""
+    return sorted(set(_REGISTRY) | set(_BUILTIN))
+
+
+def get_backend(target: Target | str) -> Backend:
+    """The backend for ``target`` (a ``Target`` or its kind)."""
+    kind = target.kind if isinstance(target, Target) else target
+    if kind not in _REGISTRY and kind in _BUILTIN:
+        importlib.import_module(_BUILTIN[kind])
+    cls = _REGISTRY.get(kind)
+    if cls is None:
+        known = ", ".join(backend_kinds())
+        raise TargetError(f"no code generator for target {kind!r}; backends exist for: {known}")
+    if kind not in _INSTANCES:
+        _INSTANCES[kind] = cls()
+    return _INSTANCES[kind]
+
+
+def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> None:
+    """Refuse arguments a kernel of ``func`` cannot take: count, type, shape, dtype, layout.
+
+    A ``TypeError`` names the argument and what it must be. Host (NumPy)
+    arrays are checked here; a backend with device arrays checks its own.
+    """
+    if len(arrays) != len(func.args):
+        raise TypeError(f"kernel takes {len(func.args)} arrays, got {len(arrays)}")
+    for a, buf in zip(arrays, func.args, strict=True):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"argument {buf.name} must be a NumPy array")
+        if a.shape != buf.shape or a.dtype != np.dtype(buf.dtype):
+            raise TypeError(
+                f"argument {buf.name} must be {buf.dtype}{list(buf.shape)}, got {a.dtype}{list(a.shape)}"
+            )
+        if not a.flags.c_contiguous:
+            raise TypeError(f"argument {buf.name} must be C-contiguous (use np.ascontiguousarray)")
+
+
+def check_no_overlap(func: LoweredFunc, arrays: tuple[Any, ...], written: list[int]) -> None:
+    """Refuse an output that shares memory with another argument (kernels are compiled noalias)."""
+    for k in written:
+        for other, buf in enumerate(func.args):
+            if other != k and np.may_share_memory(arrays[k], arrays[other]):
+                name = func.args[k].name
+                raise ValueError(
+                    f"argument {name} shares memory with argument {buf.name}: the kernel"
+                    f" writes {name}, so pass it a separate array"
+                )
