@@ -13,26 +13,34 @@ from .format import FORMAT_VERSION, ErrorKind, Record, RecordError, config_key
 from .frame import to_dataframe
 from .log import (
     LogWriter,
+    Match,
     RecordsWarning,
     append,
     best,
     best_by_workload,
+    best_match,
     load,
     measured_configs,
+    target_label,
+    threads_of,
 )
 
 __all__ = [
     "FORMAT_VERSION",
     "ErrorKind",
     "LogWriter",
+    "Match",
     "Record",
     "RecordError",
     "RecordsWarning",
     "append",
     "best",
     "best_by_workload",
+    "best_match",
     "config_key",
     "load",
     "measured_configs",
+    "target_label",
+    "threads_of",
     "to_dataframe",
 ]

@@ -25,8 +25,24 @@ JSON object per line, keys in any order::
 - Unknown top-level keys are kept in ``Record.extra`` and written back, so a
   newer minor writer's additions survive an older reader.
 
+Version 2 adds one key, what makes a record replay on its own::
+
+     "schedule": {"trace": [{"step": "split", "stage": "C", "axis": "i", ...}, ...],
+                  "space": "9c1f03d2e4a5b6c7"}
+
+- ``trace`` is the schedule that was measured, as its step records (see
+  ``tuner.schedule.steps``); replaying it on the operator's tensors gives the
+  same loop nest even after the template's knobs change meaning.
+- ``space`` is the version hash of the template's space the config was drawn
+  from (``ConfigSpace.version``): where it differs from today's, the compiler
+  rebuilds from the trace rather than trusting the knob values.
+- Either may be ``null`` (a record written by a tool that had no schedule).
+  The target's ``capabilities.threads`` is the thread count it was timed
+  with; records of two thread counts are never pooled.
+
 Readers are registered per version in ``_READERS``; a new format version adds a
-reader and a golden log, and never changes an old reader.
+reader and a golden log, and never changes an old reader. A record read from
+a version 1 line writes back as that line.
 """
 
 from __future__ import annotations
@@ -64,7 +80,7 @@ __all__ = [
     "config_key",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class ErrorKind(enum.StrEnum):
@@ -79,9 +95,10 @@ class ErrorKind(enum.StrEnum):
     WRONG_ANSWER = "wrong_answer"
 
 
-_LINE_KEYS = frozenset(  # the top-level keys of the current line format
+_V1_KEYS = frozenset(  # the top-level keys of the version 1 line format
     ["v", "workload", "workload_key", "target", "config", "result", "time", "provenance", "flops"]
 )
+_LINE_KEYS = _V1_KEYS | {"schedule"}  # the top-level keys of the current line format
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -129,6 +146,10 @@ class Record:
     flops: float | None
     version: int = FORMAT_VERSION  # the format version this record was read from
     extra_items: tuple[tuple[str, str], ...] = ()  # key -> canonical JSON text
+    #: The applied schedule's steps as canonical JSON text (None: not recorded).
+    trace_text: str | None = None
+    #: The version hash of the template's space the config belongs to (None: not recorded).
+    space_version: str | None = None
 
     @classmethod
     def make(
@@ -148,6 +169,8 @@ class Record:
         predicted: float | None = None,
         flops: float | None = None,
         extra: Mapping[str, Any] | None = None,
+        trace: Sequence[Mapping[str, Any]] | None = None,
+        space_version: str | None = None,
     ) -> Record:
         """Validate and normalise plain values into a Record (``RecordError`` if bad)."""
         if isinstance(trial, bool) or not isinstance(trial, int):
@@ -169,6 +192,8 @@ class Record:
             extra_items = tuple(sorted((k, strict_json(v)) for k, v in (extra or {}).items()))
         except (TypeError, ValueError) as exc:
             raise RecordError(f"extra fields must be plain JSON: {exc}") from None
+        if space_version is not None and not isinstance(space_version, str):
+            raise RecordError(f"schedule.space must be a string or null, got {space_version!r}")
         return cls(
             workload=workload,
             target=target,
@@ -184,6 +209,8 @@ class Record:
             predicted=optional_number(predicted, "predicted"),
             flops=flops_value,
             extra_items=extra_items,
+            trace_text=_trace_text(trace),
+            space_version=space_version,
         )
 
     @property
@@ -194,6 +221,11 @@ class Record:
     def with_config(self, config: Mapping[str, Any]) -> Record:
         """This record with its knob values replaced (``RecordError`` if one is not JSON)."""
         return replace(self, config_items=_frozen_config(config))
+
+    @property
+    def trace(self) -> list[dict[str, Any]] | None:
+        """The measured schedule's steps (plain JSON), or None when not recorded."""
+        return None if self.trace_text is None else json.loads(self.trace_text)
 
     @property
     def extra(self) -> dict[str, Any]:
@@ -221,9 +253,9 @@ class Record:
         return self.flops / median / 1e9
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict in the current format (see module doc)."""
+        """The record as a JSON-ready dict (see module doc): version 1 if read from one."""
         line: dict[str, Any] = {
-            "v": FORMAT_VERSION,
+            "v": 1 if self.version == 1 else FORMAT_VERSION,
             "workload": self.workload.to_json(),
             "workload_key": self.workload.key,
             "target": self.target.to_json(),
@@ -243,6 +275,11 @@ class Record:
             },
             "flops": self.flops,
         }
+        if line["v"] >= 2:
+            recorded = self.trace_text is not None or self.space_version is not None
+            line["schedule"] = (
+                {"trace": self.trace, "space": self.space_version} if recorded else None
+            )
         line.update(self.extra)
         return line
 
@@ -269,14 +306,26 @@ class Record:
             raise RecordError(f"bad version {version} record: {detail}") from None
 
 
-def _read_v1(data: dict[str, Any]) -> Record:
+def _trace_text(trace: Sequence[Mapping[str, Any]] | None) -> str | None:
+    """A trace as canonical JSON text: a list of step objects (checked as data, never run)."""
+    if trace is None:
+        return None
+    if not isinstance(trace, list | tuple) or not all(isinstance(t, Mapping) for t in trace):
+        raise RecordError("schedule.trace must be a list of step objects or null")
+    try:
+        return strict_json([dict(t) for t in trace])
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"schedule.trace must be plain JSON: {exc}") from None
+
+
+def _common(data: dict[str, Any], line_keys: frozenset[str], **fields: Any) -> Record:
     result, provenance, config = data["result"], data["provenance"], data["config"]
     if not isinstance(config, dict):
         raise RecordError("record 'config' must be an object")
     samples = result["samples"]
     if not isinstance(samples, list):
         raise RecordError("record 'result.samples' must be a list")
-    record = Record.make(
+    return Record.make(
         Workload.from_json(data["workload"]),
         Target.from_json(data["target"]),
         config,
@@ -290,9 +339,25 @@ def _read_v1(data: dict[str, Any]) -> Record:
         trial=provenance["trial"],
         predicted=provenance.get("predicted"),
         flops=data.get("flops"),
-        extra={k: v for k, v in data.items() if k not in _LINE_KEYS},
+        extra={k: v for k, v in data.items() if k not in line_keys},
+        **fields,
     )
-    return replace(record, version=1)
 
 
-_READERS: dict[int, Callable[[dict[str, Any]], Record]] = {1: _read_v1}
+def _read_v1(data: dict[str, Any]) -> Record:
+    return replace(_common(data, _V1_KEYS), version=1)
+
+
+def _read_v2(data: dict[str, Any]) -> Record:
+    schedule = data.get("schedule")
+    if schedule is None:
+        schedule = {}
+    if not isinstance(schedule, dict):
+        raise RecordError("record 'schedule' must be an object or null")
+    record = _common(
+        data, _LINE_KEYS, trace=schedule.get("trace"), space_version=schedule.get("space")
+    )
+    return replace(record, version=2)
+
+
+_READERS: dict[int, Callable[[dict[str, Any]], Record]] = {1: _read_v1, 2: _read_v2}

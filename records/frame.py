@@ -2,15 +2,16 @@
 
 One row per measured candidate, in log order. Columns:
 
-- ``workload_key, op, target_kind, fingerprint, trial, strategy, predicted``
+- ``workload_key, op, target_kind, fingerprint, threads, trial, strategy, predicted``
+  (``threads``: the thread count the candidate was timed with, 0 when the log did not say)
 - ``error_kind`` (the ``ErrorKind`` value as a string) and ``ok``
 - ``median_s, mean_s, min_s``: seconds per run, NaN unless ``ok`` -- so that a
   wrong answer that returned early can never look like the fastest schedule;
   ``n_samples`` counts the samples of every row
 - ``gflops`` (NaN when unknown), ``build_s, run_s``
 - ``timestamp``: pandas datetime, UTC
-- ``best_so_far_s``: the lowest ok median of the same workload and target kind
-  up to this row, in trial order (ties by time); NaN before the first ok row
+- ``best_so_far_s``: the lowest ok median of the same workload, target kind and
+  thread count up to this row, in trial order (ties by time); NaN before the first ok row
 - ``arg.<name>``: one column per workload argument
 - ``knob.<name>``: one column per knob; list-valued knobs are tuples (hashable,
   so ``groupby`` and ``value_counts`` work), e.g. ``(8, 16)``
@@ -30,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from .format import Record, RecordError
-from .log import LogSource, load
+from .log import LogSource, load, threads_of
 
 __all__ = ["BASE_COLUMNS", "to_dataframe"]
 
@@ -39,6 +40,7 @@ BASE_COLUMNS = (
     "op",
     "target_kind",
     "fingerprint",
+    "threads",
     "trial",
     "strategy",
     "predicted",
@@ -64,6 +66,7 @@ def _row(record: Record) -> dict[str, Any]:
         "op": record.workload.op,
         "target_kind": record.target.kind,
         "fingerprint": record.target.fingerprint,
+        "threads": threads_of(record.target),
         "trial": record.trial,
         "strategy": record.strategy,
         "predicted": math.nan if record.predicted is None else record.predicted,
@@ -84,12 +87,12 @@ def _row(record: Record) -> dict[str, Any]:
 
 
 def _best_so_far(df: pd.DataFrame) -> pd.Series:
-    """Running minimum of ok medians per workload and target kind, in trial order."""
+    """Running minimum of ok medians per workload, target kind and thread count, in trial order."""
     ordered = df.sort_values(["trial", "timestamp"], kind="stable")
     running = (
         ordered["median_s"]
         .fillna(math.inf)
-        .groupby([ordered["workload_key"], ordered["target_kind"]])
+        .groupby([ordered["workload_key"], ordered["target_kind"], ordered["threads"]])
         .cummin()
     )
     return running.replace(math.inf, math.nan).reindex(df.index)

@@ -28,12 +28,16 @@ from .format import ErrorKind, Record, RecordError, RecordVersionError, config_k
 
 __all__ = [
     "LogWriter",
+    "Match",
     "RecordsWarning",
     "append",
     "best",
     "best_by_workload",
+    "best_match",
     "load",
     "measured_configs",
+    "target_label",
+    "threads_of",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -213,32 +217,48 @@ def load(
 RETIME = "retime"
 
 
+def threads_of(target: Target) -> int:
+    """The thread count a target's records were timed with; 0 when the log did not say."""
+    value = target.get("threads", 0)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def target_label(target: Target) -> str:
+    """A target as people tell records apart: its kind and thread count ("cpu, 2 threads")."""
+    n = threads_of(target)
+    if not n:
+        return target.kind
+    return f"{target.kind}, {n} thread{'s' if n != 1 else ''}"
+
+
 def _fastest(records: Iterable[Record]) -> Record | None:
     """The fastest config, judged on the median of all its samples, if any ran correctly.
 
-    A config measured more than once (re-timed at the end of a tune, or by two
-    tuners sharing a log) on one machine is judged on its records' samples
-    pooled, so one lucky measurement does not win on its own; a config that
-    ever gave a wrong answer is never chosen. Where a tune re-timed its
-    leaders (strategy "retime"), the best is one of the re-timed configs: a
-    config timed once is not preferred for having escaped the second look.
-    Returns the config's latest ok record, carrying the pooled samples when
-    there are several. Ties go to the config seen first.
+    Records group by workload, machine (fingerprint), thread count and
+    config: a config measured more than once (re-timed at the end of a tune,
+    or by two tuners sharing a log) on one machine at one thread count is
+    judged on its records' samples pooled, so one lucky measurement does not
+    win on its own, and timings at two thread counts are never pooled. A
+    config that ever gave a wrong answer is never chosen. Where a tune
+    re-timed its leaders (strategy "retime"), the best is one of the
+    re-timed configs: a config timed once is not preferred for having
+    escaped the second look. Returns the config's latest ok record, carrying
+    the pooled samples when there are several. Ties go to the config seen first.
     """
-    groups: dict[tuple[str, str, str], list[Record]] = {}
-    wrong: set[tuple[str, str, str]] = set()
+    groups: dict[tuple[str, str, int, str], list[Record]] = {}
+    wrong: set[tuple[str, str, int, str]] = set()
     for r in records:
-        key = (r.workload.key, r.target.fingerprint, config_key(r.config))
+        key = (r.workload.key, r.target.fingerprint, threads_of(r.target), config_key(r.config))
         if r.error_kind is ErrorKind.WRONG_ANSWER:
             wrong.add(key)
         elif r.ok and r.samples:
             groups.setdefault(key, []).append(r)
-    retimed = {k[:2] for k, g in groups.items() if any(r.strategy == RETIME for r in g)}
+    retimed = {k[:3] for k, g in groups.items() if any(r.strategy == RETIME for r in g)}
     best: Record | None = None
     for key, group in groups.items():
         if key in wrong:
             continue
-        if key[:2] in retimed and not any(r.strategy == RETIME for r in group):
+        if key[:3] in retimed and not any(r.strategy == RETIME for r in group):
             continue
         latest = max(group, key=lambda r: r.timestamp)
         if len(group) > 1:
@@ -246,6 +266,58 @@ def _fastest(records: Iterable[Record]) -> Record | None:
         if best is None or latest.median < best.median:
             best = latest
     return best
+
+
+@dataclass(frozen=True)
+class Match:
+    """The record chosen for a workload on a target, and why it is a near miss ("" if exact).
+
+    ``note`` names what differs: another thread count, another machine.
+    """
+
+    record: Record | None
+    note: str = ""
+
+
+def best_match(records: Iterable[Record], workload: Workload | str, target: Target) -> Match:
+    """The best record for ``workload`` built for ``target``, preferring what matches it.
+
+    This machine's records (same fingerprint) first, at the target's thread
+    count, else the nearest thread count; records of other machines of the
+    same kind only when this one has none, again by nearest thread count.
+    A record taken from another thread count or machine comes with a
+    ``note`` saying so (the compiler warns with it).
+
+    >>> m = best_match(load("tune.jsonl"), workload, Target.from_name("cpu", num_threads=1))
+    >>> m.record.target.cap("threads"), m.note
+    (1, '')
+    """
+    wanted = _key(workload)
+    pool = [r for r in records if r.workload.key == wanted and r.target.kind == target.kind]
+    threads = threads_of(target)
+    here = [r for r in pool if r.target.fingerprint == target.fingerprint]
+    elsewhere = [r for r in pool if r.target.fingerprint != target.fingerprint]
+    for tier, other_machine in ((here, False), (elsewhere, True)):
+        by_threads: dict[int, list[Record]] = {}
+        for r in tier:
+            by_threads.setdefault(threads_of(r.target), []).append(r)
+        order = sorted(by_threads, key=lambda n: (n == 0, abs(n - threads), n))
+        for n in order:
+            chosen = _fastest(by_threads[n])
+            if chosen is None:
+                continue
+            notes = []
+            if n != threads:
+                timed = f"{n} threads" if n else "an unrecorded thread count"
+                notes.append(f"no record at {threads} threads; using one timed with {timed}")
+            if other_machine:
+                model = chosen.target.get("model", "")
+                where = f"{model} " if model else ""
+                notes.append(
+                    f"measured on another machine ({where}fingerprint {chosen.target.fingerprint})"
+                )
+            return Match(chosen, "; ".join(notes))
+    return Match(None)
 
 
 def best(
@@ -256,34 +328,31 @@ def best(
     """The fastest correct config's record, optionally for one workload and target.
 
     Errors and wrong answers are never chosen; a config measured several
-    times is judged on all its samples (see ``_fastest``). Given a ``Target``, records
-    measured on the same hardware (same fingerprint) win; records of the same
-    kind from other machines are the fallback. A string target means a kind.
+    times is judged on all its samples (see ``_fastest``). Given a ``Target``
+    and a workload, the record is chosen as ``best_match`` does (this
+    machine, this thread count, first); a string target means a kind.
 
-    >>> best(load("logs/matmul.jsonl"), target=Target.from_name("cpu"))
+    >>> best(load("logs/matmul.jsonl"), workload, target=Target.from_name("cpu"))
     """
     wanted = None if workload is None else _key(workload)
     pool = [r for r in records if wanted is None or r.workload.key == wanted]
     if target is None:
         return _fastest(pool)
+    if isinstance(target, Target) and wanted is not None:
+        return best_match(pool, wanted, target).record
     kind = target.kind if isinstance(target, Target) else target
-    pool = [r for r in pool if r.target.kind == kind]
-    if isinstance(target, Target):
-        same_machine = _fastest(r for r in pool if r.target.fingerprint == target.fingerprint)
-        if same_machine is not None:
-            return same_machine
-    return _fastest(pool)
+    return _fastest(r for r in pool if r.target.kind == kind)
 
 
 def best_by_workload(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
-    """The fastest correct record per ``(workload_key, target_kind)``.
+    """The fastest correct record per workload and target label (kind and thread count).
 
     >>> table = best_by_workload(load("logs/"))
-    >>> table["matmul(K=512,M=512,N=512)", "cpu"].config
+    >>> table["matmul(K=512,M=512,N=512)", "cpu, 2 threads"].config
     """
     groups: dict[tuple[str, str], list[Record]] = {}
     for record in records:
-        groups.setdefault((record.workload.key, record.target.kind), []).append(record)
+        groups.setdefault((record.workload.key, target_label(record.target)), []).append(record)
     table = {key: _fastest(group) for key, group in groups.items()}
     return {key: record for key, record in table.items() if record is not None}
 

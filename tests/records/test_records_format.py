@@ -54,6 +54,15 @@ records_strategy = st.builds(
     predicted=st.none() | st.floats(-1e6, 1e6),
     flops=st.none() | st.floats(0, 1e15),
     extra=st.dictionaries(st.sampled_from(["host", "note", "seed"]), json_value, max_size=2),
+    trace=st.none()
+    | st.lists(
+        st.fixed_dictionaries(
+            {"step": st.sampled_from(["split", "reorder"]), "stage": st.text(max_size=4)},
+            optional={"factor": st.integers(1, 64), "axes": st.lists(st.text(max_size=3))},
+        ),
+        max_size=4,
+    ),
+    space_version=st.none() | st.text("0123456789abcdef", min_size=16, max_size=16),
 )
 
 
@@ -65,11 +74,12 @@ def test_json_round_trip_through_text(rec: Record) -> None:
     assert hash(back) == hash(rec)
     assert back.config == rec.config
     assert back.extra == rec.extra
+    assert back.trace == rec.trace and back.space_version == rec.space_version
 
 
 def test_line_layout_is_the_documented_contract() -> None:
     line = record((2e-3, 1e-3, 3e-3), predicted=0.5, extra={"host": "n1"}).to_json()
-    assert line["v"] == FORMAT_VERSION == 1
+    assert line["v"] == FORMAT_VERSION == 2
     assert line["workload"] == {
         "op": "matmul",
         "args": {"K": 64, "M": 64, "N": 64, "dtype": "float32"},
@@ -88,6 +98,32 @@ def test_line_layout_is_the_documented_contract() -> None:
     assert line["time"] == 1_700_000_000.0
     assert line["flops"] == 2 * 64**3
     assert line["host"] == "n1"
+    assert line["schedule"] is None  # no schedule recorded
+
+
+def test_a_record_carries_its_schedule_trace_and_space_version() -> None:
+    trace = [{"step": "split", "stage": "C", "axis": "i", "factor": 8, "nparts": None}]
+    rec = record(trace=trace, space_version="0123456789abcdef")
+    line = rec.to_json()
+    assert line["schedule"] == {"trace": trace, "space": "0123456789abcdef"}
+    back = Record.from_json(json.loads(json.dumps(line)))
+    assert back.trace == trace and back.space_version == "0123456789abcdef"
+    assert back.version == 2
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "not an object",
+        {"trace": "split"},
+        {"trace": [1, 2]},
+        {"trace": [], "space": 7},
+    ],
+)
+def test_a_bad_schedule_is_one_record_error(schedule: Any) -> None:
+    line = record().to_json() | {"schedule": schedule}
+    with pytest.raises(RecordError, match="schedule"):
+        Record.from_json(line)
 
 
 def test_median_ok_and_gflops() -> None:
@@ -168,7 +204,7 @@ def test_bad_data_raises_one_line_record_error(
     assert not isinstance(info.value, RecordVersionError)
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None, 1.0, True])
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, "1", None, 1.0, True])
 def test_unknown_versions_are_told_apart(version: object) -> None:
     data = record().to_json()
     data["v"] = version

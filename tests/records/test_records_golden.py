@@ -101,3 +101,55 @@ def test_v1_best_and_resume(v1: list[Record]) -> None:
     assert best(v1, CONV_KEY) is None  # its only record timed out
     assert {key: r.trial for key, r in best_by_workload(v1).items()} == {(MATMUL_KEY, "cpu"): 1}
     assert len(measured_configs(v1, MATMUL_KEY, "cpu")) == 5
+
+
+# -- version 2: the schedule trace and the space version; thread counts kept apart --------------
+
+MATMUL_V2 = "matmul(K=32,M=64,N=48,dtype=float32,trans_a=false,trans_b=false)"
+
+
+@pytest.fixture
+def v2() -> list[Record]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return load(GOLDEN / "v2.jsonl")
+
+
+def test_v2_loads_and_writes_back_the_same_lines(v2: list[Record]) -> None:
+    lines = [json.loads(line) for line in (GOLDEN / "v2.jsonl").read_text().splitlines() if line]
+    assert [r.version for r in v2] == [2, 2, 2, 2]
+    assert [r.to_json() for r in v2] == lines
+
+
+def test_v2_schedule_fields(v2: list[Record]) -> None:
+    first = v2[0]
+    assert first.space_version == "5d41402abc4b2a76"
+    assert first.trace is not None and [s["step"] for s in first.trace] == [
+        "split",
+        "split",
+        "reorder",
+        "annotate",
+    ]
+    assert first.trace[0] == {
+        "step": "split",
+        "stage": "C",
+        "axis": "i",
+        "factor": 4,
+        "nparts": None,
+    }
+    assert v2[2].trace == [] and v2[2].space_version == "5d41402abc4b2a76"
+    assert v2[3].trace is None and v2[3].space_version is None
+    assert v2[3].error_kind is ErrorKind.COMPILE_TIMEOUT
+
+
+def test_v2_thread_counts_are_never_pooled(v2: list[Record]) -> None:
+    one, two = v2[0].target, v2[1].target
+    assert one.fingerprint == two.fingerprint
+    assert best(v2, MATMUL_V2, one).trial == 0  # type: ignore[union-attr]
+    assert best(v2, MATMUL_V2, one).samples == v2[0].samples  # type: ignore[union-attr]
+    assert best(v2, MATMUL_V2, two).config == {"mr": 8, "nr": 32, "kc": 32}  # type: ignore[union-attr]
+    table = best_by_workload(v2)
+    assert {key: r.config["mr"] for key, r in table.items()} == {
+        (MATMUL_V2, "cpu, 1 thread"): 4,
+        (MATMUL_V2, "cpu, 2 threads"): 8,
+    }

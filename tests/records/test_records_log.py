@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from records import (
+    FORMAT_VERSION,
     ErrorKind,
     LogWriter,
     Record,
@@ -19,10 +20,14 @@ from records import (
     append,
     best,
     best_by_workload,
+    best_match,
     config_key,
     load,
     measured_configs,
+    target_label,
+    threads_of,
 )
+from tuner.target import Target
 
 from .helpers import CONV, CPU_A, CPU_B, CUDA, MATMUL, record
 
@@ -53,7 +58,7 @@ def _good_lines(n: int) -> list[str]:
 
 def test_damaged_lines_are_skipped_with_one_warning(tmp_path: Path) -> None:
     path = tmp_path / "tune.jsonl"
-    future = record(trial=9).to_json() | {"v": 2}
+    future = record(trial=9).to_json() | {"v": FORMAT_VERSION + 1}
     lines = [
         *_good_lines(2),
         "",
@@ -265,3 +270,43 @@ def test_log_files_are_plain_ascii_lines(tmp_path: Path) -> None:
     assert raw.isascii() and raw.endswith(b"\n") and raw.count(b"\n") == 1
     assert load(path)[0].error_msg == "naïve — ünïcode"
     assert os.stat(path).st_size == len(raw)
+
+
+def _cpu(fingerprint: str, threads: int, model: str = "EPYC") -> Target:
+    return Target("cpu", (("model", model), ("threads", threads)), fingerprint)
+
+
+def test_best_match_takes_the_thread_count_it_builds_for() -> None:
+    one, two, four = _cpu("fp-here", 1), _cpu("fp-here", 2), _cpu("fp-here", 4)
+    records = [
+        record((2e-3,), target=one, config={"tile": [1]}, trial=0),
+        record((1e-3,), target=two, config={"tile": [2]}, trial=1),
+        record((1e-3,), target=two, config={"tile": [1]}, trial=2),  # same config, 2 threads
+    ]
+    exact = best_match(records, MATMUL, one)
+    assert exact.record is not None and exact.record.config == {"tile": [1]}
+    assert exact.record.samples == (2e-3,), "1- and 2-thread timings are never pooled"
+    assert exact.note == ""
+    assert best_match(records, MATMUL, two).record.trial == 1  # type: ignore[union-attr]
+    near = best_match(records, MATMUL, four)
+    assert near.record is not None and threads_of(near.record.target) == 2
+    assert "no record at 4 threads" in near.note and "2 threads" in near.note
+
+
+def test_best_match_uses_other_machines_only_when_this_one_has_nothing() -> None:
+    here, there = _cpu("fp-here", 2), _cpu("fp-there", 2, model="Xeon")
+    faster_elsewhere = record((1e-5,), target=there, trial=0)
+    mine = record((1e-3,), target=_cpu("fp-here", 1), trial=1)
+    m = best_match([faster_elsewhere, mine], MATMUL, here)
+    assert m.record is not None and m.record.trial == 1  # this machine, even at 1 thread
+    assert "1 threads" in m.note and "another machine" not in m.note
+    m = best_match([faster_elsewhere], MATMUL, here)
+    assert m.record is not None and m.record.trial == 0
+    assert "another machine (Xeon fingerprint fp-there)" in m.note
+    assert best_match([faster_elsewhere], CONV, here).record is None
+
+
+def test_target_labels_tell_thread_counts_apart() -> None:
+    assert target_label(_cpu("f", 1)) == "cpu, 1 thread"
+    assert target_label(_cpu("f", 2)) == "cpu, 2 threads"
+    assert target_label(CPU_A) == "cpu"  # a log that did not record its threads

@@ -7,6 +7,7 @@ tuner checks every config read back from a log with ``validate``.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import operator
@@ -76,6 +77,27 @@ class ConfigSpace(Declaration):
         """
         self.freeze()
         return {name: [json_value(v) for v in knob.values] for name, knob in self._knobs.items()}
+
+    @property
+    def version(self) -> str:
+        """A hash of what this space is: its knobs and their values, absent values, constraints.
+
+        Records store it beside their knob values: where today's space has
+        another version, the knob values may mean another schedule, and the
+        compiler replays the record's stored trace instead (``tuner.compile``).
+        Constraints count by their descriptions.
+
+        >>> sp = ConfigSpace(); _ = sp.define_knob("kc", [64, 128]); len(sp.version)
+        16
+        """
+        self.freeze()
+        data = {
+            "knobs": self.choices(),
+            "absent": {k: json_value(v) for k, v in sorted(self._absent.items())},
+            "constraints": [c.description for c in self._constraints],
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # Reading configs -----------------------------------------------------------------------
 
