@@ -2,7 +2,8 @@
 
 Hypothesis draws shapes (1, primes, extents no tile divides) and a random
 legal schedule: splits, a reorder, a fuse, annotations, a register cache and
-packing, compute_at / compute_inline of producer stages.
+packing, compute_at / compute_inline of producer stages, and softmax chains
+(the max computed at the output's row, where only the exp reads it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tuner
 from tuner import Schedule, te
 
 from .ops import chain, conv2d, matmul, row_max
+from .test_compute_at_chain import softmax
 from .test_primitives import run
 
 EXTENTS = st.sampled_from([1, 2, 3, 5, 7, 8, 13, 16, 17])
@@ -26,8 +28,11 @@ SETTINGS = settings(
 )
 
 
-def random_loops(draw, s, T) -> None:  # type: ignore[no-untyped-def]
-    """Split some axes, permute all loops, annotate a few: always legal."""
+def random_loops(draw, s, T, parallel: bool = True) -> None:  # type: ignore[no-untyped-def]
+    """Split some axes, permute all loops, annotate a few: always legal.
+
+    ``parallel`` false for a stage that may sit inside another's parallel loop.
+    """
     stage = s[T]
     for ax in list(stage.op.axis) + list(stage.op.reduce_axis):
         if draw(st.booleans()):
@@ -37,7 +42,7 @@ def random_loops(draw, s, T) -> None:  # type: ignore[no-untyped-def]
     stage.reorder(*order)
     state = s.state.stage(T.name)
     spatial = [a for a in stage.leaf_axes if state.axis(a.name).kind == "spatial"]
-    if spatial and draw(st.booleans()):
+    if parallel and spatial and draw(st.booleans()):
         stage.parallel(draw(st.sampled_from(spatial)))
     small = [a for a in spatial if int(state.axis(a.name).extent.value) <= 16]  # type: ignore[attr-defined]
     if small and draw(st.booleans()):
@@ -150,6 +155,54 @@ def chain_case(draw):  # type: ignore[no-untyped-def]
 @SETTINGS
 def test_random_elementwise_chains(case) -> None:  # type: ignore[no-untyped-def]
     run(*case, rtol=1e-5, atol=2e-6)
+
+
+@st.composite
+def softmax_case(draw):  # type: ignore[no-untyped-def]
+    """The softmax chain with random loops in every stage, attached where it stays legal.
+
+    A stage may be computed at a loop of ``out`` only when all its readers
+    run at that loop or deeper: ``s`` (read by ``out``) anywhere, ``e`` (read
+    by ``out`` and ``s``) no deeper than ``s``, ``mx`` (read by ``e``, or by
+    ``out`` and ``s`` with ``e`` inlined) no deeper than those. ``mx`` may
+    instead sit in ``e``'s own nest. "chain" attaches all three at ``out``
+    (the max at its consumer's consumer), "inline" the max past the inlined
+    exp, "free" each stage independently. Attach steps come in random order.
+    """
+    inputs, (mx, e, sm), out, ref = softmax(draw(EXTENTS), draw(EXTENTS))
+    s = te.create_schedule(out)
+    mode = draw(st.sampled_from(["chain", "inline", "free"]))
+    random_loops(draw, s, out)
+    depths = st.integers(0, len(s[out].leaf_axes) - 1)
+    where: dict[str, int | None] = {"s": draw(st.one_of(st.none(), depths))}
+    if mode != "free" and where["s"] is None:
+        where["s"] = draw(depths)
+    ds = where["s"]
+    if mode == "inline":
+        s[e].compute_inline()
+        where["mx"] = None if ds is None else draw(st.integers(0, ds))
+    else:
+        de = None if ds is None else draw(st.one_of(st.none(), st.integers(0, ds)))
+        de = draw(st.integers(0, ds)) if mode == "chain" and ds is not None else de
+        where["e"] = de
+        dm = None if de is None else draw(st.one_of(st.none(), st.integers(0, de)))
+        where["mx"] = draw(st.integers(0, de)) if mode == "chain" and de is not None else dm
+    mx_in_e = mode == "free" and where["mx"] is None and draw(st.booleans())
+    for T in (mx, sm) if mode == "inline" else (mx, e, sm):
+        random_loops(draw, s, T, parallel=where[T.name] is None and not (mx_in_e and T is mx))
+    steps = [(T, where[T.name]) for T in (mx, e, sm) if where.get(T.name) is not None]
+    for T, depth in draw(st.permutations(steps)):
+        s[T].compute_at(s[out], s[out].leaf_axes[depth])
+    if mx_in_e:
+        s[mx].compute_at(s[e], draw(st.sampled_from(s[e].leaf_axes)))
+    return inputs, out, ref, s
+
+
+@given(softmax_case())
+@SETTINGS
+def test_random_softmax_chains(case) -> None:  # type: ignore[no-untyped-def]
+    note(case[3].dumps())
+    run(*case, rtol=1e-5, atol=1e-6)
 
 
 def test_schedule_never_changes_results_bitwise_for_integer_matmul() -> None:

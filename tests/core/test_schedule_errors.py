@@ -98,11 +98,31 @@ def test_unroll_too_long() -> None:
 def test_compute_at_to_a_non_consumer() -> None:
     X = te.placeholder((8,), "float32", name="X")
     T = te.compute((8,), lambda i: X[i] + 1.0, name="T")
+    W = te.compute((8,), lambda i: X[i] * 3.0, name="W")
+    V = te.compute((8,), lambda i: T[i] - W[i], name="V")
+    s = te.create_schedule(V)
+    with pytest.raises(ScheduleError, match="stage W does not read T, directly or through"):
+        s[T].compute_at(s[W], s[W].op.axis[0])
+
+
+def test_compute_at_a_consumers_consumer_needs_the_consumer_inside_too() -> None:
+    """V reads T only through U: legal as a step, refused by lowering while U is outside."""
+    X = te.placeholder((8,), "float32", name="X")
+    T = te.compute((8,), lambda i: X[i] + 1.0, name="T")
     U = te.compute((8,), lambda i: T[i] * 2.0, name="U")
     V = te.compute((8,), lambda i: U[i] - 1.0, name="V")
     s = te.create_schedule(V)
-    with pytest.raises(ScheduleError, match="stage V does not read T"):
-        s[T].compute_at(s[V], s[V].op.axis[0])
+    s[T].compute_at(s[V], s[V].op.axis[0])
+    import tuner
+
+    with pytest.raises(
+        ScheduleError,
+        match=r"compute_at\(T, V\): T is read by U, which is not computed inside V's loop i; "
+        "compute T at the root, or U inside that loop",
+    ):
+        tuner.lower(s, [X, V])
+    s[U].compute_at(s[V], s[V].op.axis[0])
+    assert "T = allocate(float32[1]" in str(tuner.lower(s, [X, V]))
 
 
 def test_compute_at_of_an_output_and_inline_of_a_reduction() -> None:

@@ -6,7 +6,19 @@ adds bounds for splits that no factor divides (tightening the inner loop to
 ``min(8, M - i_o*8)`` where it can, an ``if`` where it cannot), places the
 reduction's initialisation just above its outermost reduction loop, and
 inserts the stages computed at a loop (``compute_at``) at the top of that
-loop's body, sized by bounds inference to the region used inside it.
+loop's body, in dependency order, sized by bounds inference to the region
+used inside it.
+
+A stage may be computed at a loop of a consumer's consumer (a softmax's max at
+the output's row loop, where only the exp reads it) when every stage that reads
+it runs inside that loop; its region is then inferred through the chain of
+readers (``_NestBuilder._region_in_loop``)::
+
+    for i in range(M):                 # out's row loop
+        mx[0] = max_k x[i, k]          # sized by e's reads: one element
+        e[0, j] = exp(x[i, j] - mx[0]) # sized by out's and s's reads: one row
+        s[0] = sum_k e[0, k]
+        out[i, j] = e[0, j] / s[0]
 """
 
 from __future__ import annotations
@@ -54,6 +66,10 @@ class _Lowerer:
     def __init__(self, state: State, args: list[Tensor]):
         self.state = state
         self.bodies = _inline(state)
+        self.read_sets = {
+            name: {n.tensor.name for n in walk(body) if isinstance(n, TensorRead)}
+            for name, body in self.bodies.items()
+        }
         self.temps: list[Buffer] = []
         self.arg_names = [t.name for t in args]
         self.shapes = {t.name: t.shape_ints for t in state.inputs}
@@ -68,34 +84,56 @@ class _Lowerer:
                     f"cache {s.name} must be computed at a loop of {s.source} (compute_at)"
                 )
             if s.attach.kind == "at" and s.origin != "cache_write":
-                readers = [
-                    c.name
-                    for c in self.state.stages
-                    if s.name in self._reads(c) and c.attach.kind != "inline"
-                ]
-                others = [
-                    r
-                    for r in readers
-                    if r != s.attach.parent and not self._inside(r, s.attach.parent)
-                ]
-                if others:
-                    raise ScheduleError(
-                        f"compute_at({s.name}, {s.attach.parent}): {s.name} is also read by "
-                        f"{', '.join(others)}; compute it at the root instead"
-                    )
+                self._check_readers(s)
             if s.is_output and s.name not in self.arg_names:
                 raise ScheduleError(f"output {s.name} is not in the argument list")
 
-    def _inside(self, name: str, parent: str) -> bool:
-        st = self.state.stage(name)
+    def _check_readers(self, s: Stage) -> None:
+        """Every reader of ``s`` runs inside the loop ``s`` is computed at.
+
+        A reader is the parent itself, or a stage computed at that loop or a
+        deeper one of the parent, directly or inside another such stage (a
+        softmax's max at the output's row loop, read by the exp computed
+        there). A reader elsewhere would see only the last region computed.
+        """
+        parent = self.state.stage(s.attach.parent)
+        depth = parent.leaves.index(s.attach.axis)
+        step = f"compute_at({s.name}, {parent.name})"
+        outside = []
+        for c in self.state.stages:
+            if c.name == parent.name or c.attach.kind == "inline" or s.name not in self._reads(c):
+                continue
+            top = self._top(c, parent.name)
+            if top is None:
+                outside.append(c.name)
+            elif parent.leaves.index(top.attach.axis) < depth:
+                raise ScheduleError(
+                    f"{step}: {c.name} reads {s.name} at loop {top.attach.axis}, outside the "
+                    f"loop {s.name} is computed in; compute {s.name} at {top.attach.axis} "
+                    "or further out"
+                )
+        if outside:
+            names = ", ".join(outside)
+            also = "also " if s.name in self._reads(parent) else ""
+            movable = not any(self.state.stage(c).is_output for c in outside)
+            raise ScheduleError(
+                f"{step}: {s.name} is {also}read by {names}, which "
+                f"{'is' if len(outside) == 1 else 'are'} not computed inside {parent.name}'s "
+                f"loop {s.attach.axis}; compute {s.name} at the root"
+                + (f", or {names} inside that loop" if movable else "")
+            )
+
+    def _top(self, st: Stage, parent: str) -> Stage | None:
+        """The stage attached to ``parent`` that ``st`` is computed inside (or is), if any."""
         while st.attach.kind == "at":
             if st.attach.parent == parent:
-                return True
+                return st
             st = self.state.stage(st.attach.parent)
-        return False
+        return None
 
     def _reads(self, stage: Stage) -> set[str]:
-        return {n.tensor.name for n in walk(self.bodies[stage.name]) if isinstance(n, TensorRead)}
+        """The tensors ``stage`` reads once inlined stages are substituted in."""
+        return self.read_sets[stage.name]
 
     # -- reads -------------------------------------------------------------
     def load(self, read: TensorRead, env: Env) -> Expr:

@@ -211,102 +211,88 @@ class _NestBuilder:
         reads = [n for n in walk(self.body) if isinstance(n, TensorRead) and n.tensor.name == name]
         return [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]
 
-    def _sibling_reads(
-        self, child: Stage, p: int, inner: dict[str, int], env: Env
-    ) -> list[tuple[Expr, ...]] | None:
-        """Reads of ``child`` by the other stages computed inside this loop.
+    def _inside_loop(self, r: Stage, p: int) -> bool:
+        """Whether ``r`` runs inside loop ``p``: computed at it or deeper, or in a stage there."""
+        top = r
+        while top.attach.kind == "at" and top.attach.parent != self.stage.name:
+            top = self.lw.state.stage(top.attach.parent)
+        return top.attach.kind == "at" and top.attach.axis in self.leaves[p:]
 
-        A stage computed at this loop or a deeper one, or inside such a stage's
-        nest, runs over a box of its iterations there (``_box``), reading
-        ``child`` over its own axes and reduction axes: those reads widen
-        ``child``'s region. ``None`` when a box cannot be inferred (the caller
-        then computes the whole tensor).
+    def _region_in_loop(
+        self,
+        r: Stage,
+        p: int,
+        inner: dict[str, int],
+        env: Env,
+        boxes: dict[str, dict[str, Expr]],
+    ) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
+        """Bounds inference: the box of ``r`` read inside loop ``p`` over that loop's body.
+
+        Every reader of ``r`` runs inside this loop (lowering checks that):
+        this stage, whose loops below ``p`` are ``inner``, or a stage computed
+        inside the loop, directly or through a chain of attachments, which
+        reads ``r`` over its own box there (``_box``). So a softmax's max
+        computed at the output's row loop is sized by the exp's row box, which
+        the output's and the sum's reads of the exp give.
         """
         lw = self.lw
         exprs: list[tuple[Expr, ...]] = []
-        boxes: dict[str, dict[str, Expr] | None] = {}
-        for r in lw.state.stages:
-            if r.name in (child.name, self.stage.name) or r.attach.kind == "inline":
+        for c in lw.state.stages:
+            if c.attach.kind == "inline" or r.name not in lw._reads(c):
                 continue
-            if r.origin != "compute" or child.name not in lw._reads(r):
+            if c.name == self.stage.name:
+                exprs += self._reads_of(r.name)
                 continue
-            top = r
-            while top.attach.kind == "at" and top.attach.parent != self.stage.name:
-                top = lw.state.stage(top.attach.parent)
-            if top.attach.kind != "at":
-                return None
-            if top.attach.axis not in self.leaves[p:]:
+            if c.origin == "cache_write":  # its own source's tile, inside that source's region
+                continue
+            if not self._inside_loop(c, p):
                 raise ScheduleError(
-                    f"compute_at({child.name}, {self.stage.name}): {r.name} reads {child.name} at "
-                    f"loop {top.attach.axis}, outside the loop {child.name} is computed in; "
-                    f"compute {child.name} at {top.attach.axis} or further out"
+                    f"compute_at({r.name}, {r.attach.parent}): {c.name} reads {r.name} outside "
+                    f"loop {self.leaves[p]} of {self.stage.name}; compute {c.name} inside that loop"
                 )
-            values = self._box(r, inner, env, boxes)
-            if values is None:
-                return None
-            for n in walk(lw.bodies[r.name]):
-                if isinstance(n, TensorRead) and n.tensor.name == child.name:
+            values = self._box(c, p, inner, env, boxes)
+            for n in walk(lw.bodies[c.name]):
+                if isinstance(n, TensorRead) and n.tensor.name == r.name:
                     exprs.append(tuple(simplify(substitute(i, values)) for i in n.indices))
-        return exprs
+        return lw.region(r, self.stage, exprs, inner, env)
 
     def _box(
         self,
         r: Stage,
+        p: int,
         inner: dict[str, int],
         env: Env,
-        boxes: dict[str, dict[str, Expr] | None],
-    ) -> dict[str, Expr] | None:
-        """Values of ``r``'s axes over the iterations it runs inside this loop.
+        boxes: dict[str, dict[str, Expr]],
+    ) -> dict[str, Expr]:
+        """Values of ``r``'s axes over the iterations it runs inside loop ``p``.
 
         Each axis becomes base + a new inner variable (added to ``inner``)
-        over the region its parent reads of it; the parent is this stage or,
-        recursively, another stage computed inside this loop.
+        over ``r``'s region there; each reduction axis a variable over its
+        extent. Readers come after their producers, so the recursion through
+        readers ends; ``boxes`` keeps each stage's box once computed.
         """
-        if r.name in boxes:
-            return boxes[r.name]
-        lw = self.lw
-        boxes[r.name] = None
-        parent = r.attach.parent
-        if parent == self.stage.name:
-            exprs = self._reads_of(r.name)
-        else:
-            q = lw.state.stage(parent)
-            q_values = self._box(q, inner, env, boxes) if q.origin == "compute" else None
-            if q_values is None:
-                return None
-            exprs = [
-                tuple(simplify(substitute(i, q_values)) for i in n.indices)
-                for n in walk(lw.bodies[q.name])
-                if isinstance(n, TensorRead) and n.tensor.name == r.name
-            ]
-        base, widths = lw.region(r, self.stage, exprs, inner, env)
-        values: dict[str, Expr] = {}
-        axes = [a.name for a in r.tensor.op.axis]  # type: ignore[union-attr]
-        for a, b, w in zip(axes, base, widths, strict=True):
-            v = f"{r.name}.{a}"
-            inner[v] = w
-            values[a] = b + Var(v)
-        for ra in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
-            v = f"{r.name}.{ra.name}"
-            inner[v] = const_int(r.axis(ra.name).extent, f"reduce axis {ra.name}")
-            values[ra.name] = Var(v)
-        boxes[r.name] = values
-        return values
+        if r.name not in boxes:
+            base, widths = self._region_in_loop(r, p, inner, env, boxes)
+            values: dict[str, Expr] = {}
+            axes = [a.name for a in r.tensor.op.axis]  # type: ignore[union-attr]
+            for a, b, w in zip(axes, base, widths, strict=True):
+                v = f"{r.name}.{a}"
+                inner[v] = w
+                values[a] = b + Var(v)
+            for ra in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
+                v = f"{r.name}.{ra.name}"
+                inner[v] = const_int(r.axis(ra.name).extent, f"reduce axis {ra.name}")
+                values[ra.name] = Var(v)
+            boxes[r.name] = values
+        return boxes[r.name]
 
     def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
         inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
         if child.origin == "cache_write":
             exprs = [tuple(self.absolute[a] for a in self.op_axes)]
+            base, widths = self.lw.region(child, self.stage, exprs, inner, env)
         else:
-            exprs = self._reads_of(child.name)
-            if child.origin == "compute":
-                siblings = self._sibling_reads(child, p, inner, env)
-                if siblings is None:  # read deeper than this nest sees: compute all of it
-                    shape = self.lw.shapes[child.name]
-                    exprs = [tuple(Const(0) for _ in shape), tuple(Const(d - 1) for d in shape)]
-                else:
-                    exprs += siblings
-        base, widths = self.lw.region(child, self.stage, exprs, inner, env)
+            base, widths = self._region_in_loop(child, p, inner, env, {})
         if child.origin == "compute":
             if self.lw.region_buffered(child):
                 buf = Buffer(child.name, widths, child.tensor.dtype)

@@ -323,6 +323,26 @@ def _ancestors(state: State, stage: Stage) -> list[str]:
     return out
 
 
+def _depends(state: State, consumer: Stage, producer: str) -> bool:
+    """Whether ``consumer`` reads ``producer``, directly or through the stages it reads.
+
+    ``compute_at`` accepts a consumer's consumer (a softmax's max at the
+    output's row loop, where only the exp reads it). Which readers end up
+    inside the loop is known only once the whole trace is applied (a trace may
+    attach a producer before its consumer), so lowering checks that part.
+    """
+    seen: set[str] = set()
+    todo = [consumer]
+    while todo:
+        for name in todo.pop().reads():
+            if name == producer:
+                return True
+            if name not in seen and state.has(name):
+                seen.add(name)
+                todo.append(state.stage(name))
+    return False
+
+
 def _compute_at(state: State, st: ComputeAt) -> State:
     stage, parent = state.stage(st.stage), state.stage(st.parent)
     check(not stage.is_output, f"stage {stage.name} is an output; outputs are computed at the root")
@@ -334,8 +354,9 @@ def _compute_at(state: State, st: ComputeAt) -> State:
         )
     else:
         check(
-            stage.name in parent.reads(),
-            f"stage {parent.name} does not read {stage.name}; compute_at needs a consumer",
+            _depends(state, parent, stage.name),
+            f"stage {parent.name} does not read {stage.name}, directly or through other "
+            "stages; compute_at needs a consumer",
         )
     _leaf(parent, st.axis)
     check(
