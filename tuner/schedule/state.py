@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..kinds import LoopKind, Scope
+from ..kinds import AttachKind, LoopKind, Scope
 from ..te.expr import Const, Expr, IterVar, TensorRead, transform
 from ..te.tensor import ComputeOp, Tensor
 from .steps import (
@@ -83,9 +83,14 @@ class Relation:
 
 @dataclass(frozen=True)
 class Attach:
-    kind: str = "root"  # "root", "inline" or "at"
+    """Where a stage is computed: at the root, inlined, or at loop ``axis`` of stage ``parent``."""
+
+    kind: AttachKind = AttachKind.ROOT
     parent: str = ""
     axis: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", AttachKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,7 @@ def _move_attachments(state: State, parent: str, old: str, new: str) -> State:
     """Stages computed at a loop that was split now sit at its inner loop."""
     for s in state.stages:
         if s.attach.kind == "at" and s.attach.parent == parent and s.attach.axis == old:
-            state = state.with_stage(replace(s, attach=Attach("at", parent, new)))
+            state = state.with_stage(replace(s, attach=Attach(AttachKind.AT, parent, new)))
     return state
 
 
@@ -363,7 +368,7 @@ def _compute_at(state: State, st: ComputeAt) -> State:
         stage.name not in _ancestors(state, parent),
         f"stage {parent.name} is already computed inside {stage.name}",
     )
-    return state.with_stage(replace(stage, attach=Attach("at", parent.name, st.axis)))
+    return state.with_stage(replace(stage, attach=Attach(AttachKind.AT, parent.name, st.axis)))
 
 
 def _compute_inline(state: State, st: ComputeInline) -> State:
@@ -375,7 +380,7 @@ def _compute_inline(state: State, st: ComputeInline) -> State:
         s.name for s in state.stages if s.attach.kind == "at" and s.attach.parent == stage.name
     ]
     check(not inner, f"stages {', '.join(inner)} are computed inside {stage.name}")
-    return state.with_stage(replace(stage, attach=Attach("inline")))
+    return state.with_stage(replace(stage, attach=Attach(AttachKind.INLINE)))
 
 
 def _compute_root(state: State, st: ComputeRoot) -> State:
