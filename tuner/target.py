@@ -175,6 +175,9 @@ class Target:
         caps = data.get("capabilities", {})
         if not isinstance(caps, dict):
             raise TargetError("target 'capabilities' must be an object")
+        for name, value in caps.items():
+            if not isinstance(value, int | float | str | bool):
+                raise TargetError(f"target capability {name!r} must be a number, string or bool")
         return cls(data["kind"], tuple(sorted(caps.items())), str(data.get("fingerprint", "")))
 
     @classmethod

@@ -124,7 +124,9 @@ def test_a_v1_target_reads_back_with_its_thread_count() -> None:
     assert t.to_json() == V1_TARGET
     # Capabilities it predates read as what the templates assumed then.
     assert (t.vector_lanes, t.vector_registers, t.vector_bits) == (8, 16, 256)
-    two = Target.from_json({**V1_TARGET, "capabilities": {**V1_TARGET["capabilities"], "threads": 2}})
+    two = Target.from_json(
+        {**V1_TARGET, "capabilities": {**V1_TARGET["capabilities"], "threads": 2}}
+    )
     assert two.fingerprint == t.fingerprint and two.key != t.key
 
 
@@ -141,3 +143,5 @@ def test_unknown_target_is_one_clear_error() -> None:
         Target.from_name("tpu")
     with pytest.raises(TargetError, match="capabilities"):
         Target.from_json({"kind": "cpu", "capabilities": [1, 2]})
+    with pytest.raises(TargetError, match="capability 'cores' must be a number"):
+        Target.from_json({"kind": "cpu", "capabilities": {"cores": [1, 2]}})
