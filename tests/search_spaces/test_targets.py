@@ -63,7 +63,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
 
 
 def test_every_operator_has_cases() -> None:
-    assert {op.name for op in operators()} <= set(CASES)
+    builtin = {op.name for op in operators() if op.space.__module__.startswith("search_spaces.")}
+    assert builtin == set(CASES)  # (test plugins register operators of their own)
 
 
 @pytest.mark.parametrize("target", SYNTHETIC, ids=lambda t: t.fingerprint)
