@@ -43,13 +43,13 @@ def worker(shape: tuple[int, int, int], activation: str, threads: int, rounds: i
     w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     ref = dense.reference(x, w, b, activation)
-    space = dense.config_space(m, k, n, True, activation)
-    configs = {
-        "default": dense.default_config(m, k, n, True, activation),
-        "features": dense.default_config(m, k, n, True, activation, vectors="features"),
-        "batch": dense.default_config(m, k, n, True, activation, vectors="batch"),
-    }
     target = tuner.Target.from_name("cpu", num_threads=threads)
+    space = dense.config_space(m, k, n, True, activation, target)
+    configs = {
+        "default": dense.default_config(m, k, n, True, activation, target=target),
+        "features": dense.default_config(m, k, n, True, activation, "features", target),
+        "batch": dense.default_config(m, k, n, True, activation, "batch", target),
+    }
     fns = {}
     for name, cfg in configs.items():
         s, args = dense.schedule(space.validate(cfg), m, k, n, True, activation)

@@ -159,7 +159,7 @@ def time_workload(
     target = Target.from_name("cpu", num_threads=threads)
     row: dict[str, Any] = {"workload": label, "spec": spec, "threads": threads}
     notes: list[str] = []
-    inputs = op.make_inputs(args)
+    inputs = op.make_inputs(args, target=target)
     ref = _reference(op, inputs, args)
     builders: dict[str, Callable[[], Peer]] = {}
 

@@ -62,8 +62,8 @@ def measure_sample(n: int, log: Path, size: int, seed: int) -> None:
 
     op = get_operator("matmul")
     args = op.parse_args({"M": size, "N": size, "K": size})
-    space = op.space(args)
     target = Target.from_name("cpu", num_threads=1)
+    space = op.space(args, target)
     pool = [c for c in space.sample_many(np.random.default_rng(seed), 4 * n) if not c["parallel"]][
         :n
     ]

@@ -1,9 +1,14 @@
 """Operator templates, found by name: definition, NumPy reference, knobs and schedule.
 
+Every template receives the target it is tuned and built for: knob ranges and
+legality read its capabilities (vector lanes per dtype, vector registers, cache
+sizes), never its name.
+
 >>> op = get_operator("matmul")
 >>> args = op.parse_args({"M": "512", "N": "512", "K": "512"})
->>> space = op.space(args)
->>> sched, tensors = op.schedule(op.default_config(args), args)
+>>> target = Target.from_name("cpu")
+>>> space = op.space(args, target)
+>>> sched, tensors = op.schedule(op.default_config(args, target), args, target)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 from tuner.workload import Workload
 
@@ -51,14 +57,23 @@ class Param:
 
 @dataclass(frozen=True)
 class Operator:
-    """One tunable operator; every callable takes the parsed argument mapping."""
+    """One tunable operator; every callable takes the parsed argument mapping.
+
+    ``space(args, target)``, ``schedule(config, args, target)`` and
+    ``default_config(args, target)`` also take the :class:`Target`: a space
+    may differ between targets (a register tile that fits 32 vector registers
+    does not fit 16), and so may a choice the config leaves to the template
+    (the vector width of conv2d's epilogue).
+    """
 
     name: str
     doc: str
     params: tuple[Param, ...]
-    space: Callable[[Mapping[str, Any]], ConfigSpace]
-    schedule: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[Schedule, list[Tensor]]]
-    default_config: Callable[[Mapping[str, Any]], dict[str, Any]]
+    space: Callable[[Mapping[str, Any], Target], ConfigSpace]
+    schedule: Callable[
+        [Mapping[str, Any], Mapping[str, Any], Target], tuple[Schedule, list[Tensor]]
+    ]
+    default_config: Callable[[Mapping[str, Any], Target], dict[str, Any]]
     reference: Callable[..., np.ndarray]  # reference(*inputs, **args) -> the output
     flops: Callable[[Mapping[str, Any]], float]
     #: Compulsory memory traffic in bytes (inputs read once, outputs written once),
@@ -88,9 +103,16 @@ class Operator:
             self.check(out)
         return out
 
-    def make_inputs(self, args: Mapping[str, Any], seed: int = 0) -> list[np.ndarray]:
-        """Random inputs for the operator's placeholders, in argument order."""
-        _, tensors = self.schedule(self.default_config(args), args)
+    def make_inputs(
+        self, args: Mapping[str, Any], seed: int = 0, target: Target | None = None
+    ) -> list[np.ndarray]:
+        """Random inputs for the operator's placeholders, in argument order.
+
+        The inputs do not depend on the target; ``target`` (the host CPU when
+        None) only names the one whose default schedule lists the placeholders.
+        """
+        tgt = target if target is not None else Target.from_name("cpu")
+        _, tensors = self.schedule(self.default_config(args, tgt), args, tgt)
         rng = np.random.default_rng(seed)
         arrays = []
         for t in tensors[:-1]:
@@ -178,19 +200,21 @@ def canonical_records(records: Iterable[Record]) -> list[Record]:
     names its workloads without it, and one written before its space gained
     a knob (matmul's ``pack_a``) has configs without it. With the argument's
     default and the knob's ``absent`` value filled in, those records match
-    the workloads and configs they measured. Unknown operators and arguments
+    the workloads and configs they measured. Each record's knobs are those of
+    the space on the record's own target. Unknown operators and arguments
     that no longer parse are left as they are.
     """
     out = []
-    cache: dict[str, tuple[Workload, ConfigSpace | None]] = {}
+    cache: dict[tuple[str, Target], tuple[Workload, ConfigSpace | None]] = {}
     for r in records:
-        key = r.workload.key
+        key = (r.workload.key, r.target)
         if key not in cache:
             cache[key] = (r.workload, None)
             try:
                 op = get_operator(r.workload.op)
                 parsed = op.parse_args(r.workload.as_dict())
-                cache[key] = (Workload.make(r.workload.op, **parsed), op.space(parsed))
+                own = op.space(parsed, r.target)
+                cache[key] = (Workload.make(r.workload.op, **parsed), own)
             except (OperatorError, ValueError):
                 pass
         w, space = cache[key]

@@ -17,8 +17,9 @@ loop, so that a batch of small matrices still feeds every core::
 Attention's matrices are small (a 128 x 64 block of B is 32 KiB), so packing
 B may cost more than it saves unless B is transposed, hence the knob.
 
->>> space = config_space(12, 128, 128, 64)
->>> s, tensors = schedule(default_config(12, 128, 128, 64), 12, 128, 128, 64)
+>>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
+>>> space = config_space(12, 128, 128, 64, target=target)
+>>> s, tensors = schedule(default_config(12, 128, 128, 64, target=target), 12, 128, 128, 64)
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 
+from ._target import resolve
 from .matmul import (
-    accumulator_lanes,
     define_gemm_knobs,
     gemm_default,
     operand_packing,
@@ -68,11 +70,17 @@ def flops(batch: int, M: int, N: int, K: int) -> float:
 
 
 def config_space(
-    batch: int, M: int, N: int, K: int, vector_lanes: int = 8, trans_b: bool = False
+    batch: int,
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float32",
+    trans_b: bool = False,
+    target: Target | None = None,
 ) -> ConfigSpace:
-    """Matmul's register tile and cache blocks, packing B, and the parallel batch loop."""
+    """Matmul's register tile and cache blocks on ``target``, packing B, the parallel batches."""
     sp = ConfigSpace()
-    define_gemm_knobs(sp, M, N, K, vector_lanes)
+    define_gemm_knobs(sp, M, N, K, resolve(target), dtype)
     sp.define_knob("pack_b", [True, False])
     sp.define_knob("parallel", [True, False])
     if trans_b:
@@ -82,10 +90,16 @@ def config_space(
     return sp.freeze()
 
 
-def default_config(batch: int, M: int, N: int, K: int, dtype: str = "float32") -> dict[str, Any]:
+def default_config(
+    batch: int,
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float32",
+    target: Target | None = None,
+) -> dict[str, Any]:
     """Matmul's default tile and blocks, B packed, batches in parallel."""
-    lanes = accumulator_lanes(dtype)
-    return {**gemm_default(M, N, K, lanes), "pack_b": True, "parallel": True}
+    return {**gemm_default(M, N, K, target, dtype), "pack_b": True, "parallel": True}
 
 
 def schedule(
@@ -124,13 +138,15 @@ def _register() -> None:
                 Param("dtype", str, "float32", ("float32", "float64")),
                 Param("trans_b", bool, False, doc="B is given as B x N x K (C = A @ B.T)"),
             ),
-            space=lambda a: config_space(
-                a["B"], a["M"], a["N"], a["K"], accumulator_lanes(a["dtype"]), a["trans_b"]
+            space=lambda a, target: config_space(
+                a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], target
             ),
-            schedule=lambda cfg, a: schedule(
+            schedule=lambda cfg, a, target: schedule(
                 cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"]
             ),
-            default_config=lambda a: default_config(a["B"], a["M"], a["N"], a["K"], a["dtype"]),
+            default_config=lambda a, target: default_config(
+                a["B"], a["M"], a["N"], a["K"], a["dtype"], target
+            ),
             reference=_registry_reference,
             flops=lambda a: flops(a["B"], a["M"], a["N"], a["K"]),
         )

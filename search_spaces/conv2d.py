@@ -23,7 +23,9 @@ The schedule is a direct convolution, register-blocked like a matmul micro-kerne
 weights times a broadcast input, the layout NCHWc kernels use; the only choice
 in NHWC, where channels are contiguous); ``vector=ow`` makes the output columns
 the SIMD axis (a vector load of a row of the input times a broadcast weight).
-The register constraint keeps the tile within 12 vector registers. A bias or a
+The register constraint keeps the tile within the target's vector registers
+less four (12 with AVX2, 28 with AVX-512's 32); the SIMD axis is whole
+vectors of the target's lanes, one to four of them. A bias or a
 relu makes the convolution a stage computed inside the output's row (and
 channel block) loop, so the epilogue reads a tile that is still in cache.
 
@@ -44,7 +46,8 @@ is copied once (``pad_at=root``), per channel plane just before its use
 (``channel``), or inlined as a conditional load.
 
 >>> p = Conv2d.from_args({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3})
->>> s, tensors = schedule(default_config(p), p)
+>>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
+>>> s, tensors = schedule(default_config(p, target), p, target)
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
+
+from ._target import resolve
+from .matmul import accumulator_budget
 
 __all__ = [
     "Conv2d",
@@ -77,8 +84,8 @@ __all__ = [
     "schedule",
 ]
 
-#: Accumulator vectors a register tile may use (16 AVX2 registers, some kept for operands).
-_TILE_REGISTERS = 12
+#: Accumulators of the default register tile (as matmul's: two FMA units of latency 5 busy).
+_DEFAULT_ACCUMULATORS = 12
 
 
 @dataclass(frozen=True)
@@ -316,17 +323,28 @@ def bytes_moved(p: Conv2d) -> float:
 _TILES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 
 
+def _tiles(lanes: int) -> list[int]:
+    """Tile extents: ``_TILES`` and one to four vectors of ``lanes`` (48 and 64 with 16)."""
+    return sorted({*_TILES, *(lanes * v for v in (1, 2, 3, 4))})
+
+
 def _vectors(n: int, lanes: int) -> int:
     return -(-n // lanes)
 
 
-def config_space(p: Conv2d, vector_lanes: int = 8) -> ConfigSpace:
-    """Register tile (KR, OWR, OHR and its SIMD axis), loop orders, packing, padding, threads."""
-    L = vector_lanes
+def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
+    """Register tile (KR, OWR, OHR and its SIMD axis), loop orders, packing, padding, threads.
+
+    The tile reads ``target`` (the host CPU when None): its accumulators fit
+    the vector registers less four, its SIMD axis is whole vectors of the
+    float32 lanes.
+    """
+    tgt = resolve(target)
+    L, budget = tgt.lanes("float32"), accumulator_budget(tgt)
     sp = ConfigSpace()
     sp.define_knob("vector", ["k"] if p.nhwc else ["k", "ow"])
-    sp.define_knob("kr", _TILES)
-    sp.define_knob("owr", _TILES)
+    sp.define_knob("kr", _tiles(L))
+    sp.define_knob("owr", _tiles(L))
     sp.define_knob("ohr", [1, 2, 3, 4])
     sp.define_knob("reduction", ["crs", "rsc"])
     sp.define_knob("outer", ["rows", "channels"])
@@ -341,8 +359,8 @@ def config_space(p: Conv2d, vector_lanes: int = 8) -> ConfigSpace:
         return c["kr"] * _vectors(c["owr"], L) * c["ohr"]
 
     sp.add_constraint(
-        lambda c: accumulators(c) <= _TILE_REGISTERS,
-        f"the OHR x OWR x KR accumulator tile fits {_TILE_REGISTERS} vector registers of {L} lanes",
+        lambda c: accumulators(c) <= budget,
+        f"the OHR x OWR x KR accumulator tile fits {budget} vector registers of {L} lanes",
     )
     sp.add_constraint(
         lambda c: (
@@ -362,7 +380,7 @@ def _largest(choices: list[int], limit: int) -> int:
     return max([v for v in choices if v <= max(limit, 1)], default=1)
 
 
-def default_config(p: Conv2d, vector_lanes: int = 8) -> dict[str, Any]:
+def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     """16 output channels (two vectors) x 6 output columns, weights packed, rows in parallel.
 
     The shape of NUMBA_NOTES' fast direct convolution; fewer channels or columns
@@ -371,10 +389,15 @@ def default_config(p: Conv2d, vector_lanes: int = 8) -> dict[str, Any]:
     with the reduction ordered c, r, s when the columns leave an edge tile (56
     columns), but 40 against 79 for c, r, s against r, s, c when every tile is
     full (54 columns), so r, s, c is the default there.
+
+    Two vectors are 16 channels with AVX2's 8 lanes and 32 with AVX-512's 16
+    (12 accumulators either way; the AVX-512 default is not measured yet).
     """
-    L = vector_lanes
-    kr = 2 * L if p.K > L else L
-    owr = _largest(_TILES, min(_TILE_REGISTERS // _vectors(kr, L), p.OW))
+    tgt = resolve(target)
+    L = tgt.lanes("float32")
+    accumulators = min(_DEFAULT_ACCUMULATORS, accumulator_budget(tgt))
+    kr = 2 * L if p.K > L and accumulators >= 2 else L
+    owr = _largest(_TILES, min(accumulators // _vectors(kr, L), p.OW))
     return {
         "vector": "k",
         "kr": kr,
@@ -407,8 +430,13 @@ def _outer_loops(
     return [row, ko] if cfg["outer"] == "rows" else [ko, row]
 
 
-def schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+def schedule(
+    cfg: Mapping[str, Any], p: Conv2d, target: Target | None = None
+) -> tuple[Schedule, list[Tensor]]:
+    """The schedule for ``cfg`` (validate configs from outside against config_space first).
+
+    ``target`` (the host CPU when None) gives the epilogue's vector width.
+    """
     kr, ohr = int(cfg["kr"]), int(cfg["ohr"])
     t = _stages(p)
     conv, Y = t["conv"], t["Y"]
@@ -425,8 +453,9 @@ def schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]
         outer = _outer_loops(cfg, s, Y, n, oho, ko)
         inner = [ohi, ow, ki] if p.nhwc else [ki, ohi, ow]
         s[Y].reorder(*outer, *inner)
-        if inner[-1] == ow and p.OW > 8:
-            _, owv = s[Y].split(ow, factor=8)
+        lanes = resolve(target).lanes("float32")
+        if inner[-1] == ow and lanes < p.OW:
+            _, owv = s[Y].split(ow, factor=lanes)
             s[Y].vectorize(owv)
         elif inner[-1] == ki:
             s[Y].vectorize(ki)
@@ -475,20 +504,20 @@ def _conv_nest(
 # -- depthwise ------------------------------------------------------------------------------
 
 
-def depthwise_config_space(p: Conv2d, vector_lanes: int = 8) -> ConfigSpace:
+def depthwise_config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     """A register tile of OHR rows x OWR columns (the SIMD axis), padding, unrolling, threads."""
-    L = vector_lanes
+    tgt = resolve(target)
+    L, budget = tgt.lanes("float32"), accumulator_budget(tgt)
     sp = ConfigSpace()
-    sp.define_knob("owr", [1, 2, 4, *(L * f for f in range(1, 9))])
+    sp.define_knob("owr", sorted({1, 2, 4, *(L * f for f in range(1, 9))}))
     sp.define_knob("ohr", [1, 2, 3, 4, 6, 8])
     sp.define_knob("registers", [True, False])
     sp.define_knob("pad_at", ["channel", "root", "inline"] if p.pad else ["none"])
     sp.define_knob("unroll_window", [False, True])
     sp.define_knob("parallel", [True, False])
     sp.add_constraint(
-        lambda c: not c["registers"] or _vectors(c["owr"], L) * c["ohr"] <= _TILE_REGISTERS,
-        f"a register tile of OHR x OWR accumulators fits {_TILE_REGISTERS} vector registers "
-        f"of {L} lanes",
+        lambda c: not c["registers"] or _vectors(c["owr"], L) * c["ohr"] <= budget,
+        f"a register tile of OHR x OWR accumulators fits {budget} vector registers of {L} lanes",
     )
     sp.add_constraint(
         lambda c: c["owr"] % L == 0 or c["owr"] >= p.OW,
@@ -501,14 +530,14 @@ def depthwise_config_space(p: Conv2d, vector_lanes: int = 8) -> ConfigSpace:
     return sp.freeze()
 
 
-def depthwise_default_config(p: Conv2d, vector_lanes: int = 8) -> dict[str, Any]:
+def depthwise_default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     """Whole output rows (up to 64 columns) accumulated in cache, the padded copy in parallel.
 
     LLVM's loop vectorizer (chosen when there is no register tile) handles rows of
     any width; measured at 128 x 56 x 56, 3 x 3, this beat register tiles of
     2 x 32 by two to four times (measured when edge tiles were still scalar loops).
     """
-    L = vector_lanes
+    L = resolve(target).lanes("float32")
     owr = next(v for v in (1, 2, 4, *(L * f for f in range(1, 9))) if v >= min(p.OW, 8 * L))
     return {
         "owr": owr,
@@ -582,9 +611,9 @@ def _register() -> None:
                 Param("bias", bool, False, doc="add a bias B[K] in the epilogue"),
                 Param("activation", str, "none", ("none", "relu"), doc="fused epilogue"),
             ),
-            space=lambda a: config_space(Conv2d.from_args(a)),
-            schedule=lambda cfg, a: schedule(cfg, Conv2d.from_args(a)),
-            default_config=lambda a: default_config(Conv2d.from_args(a)),
+            space=lambda a, target: config_space(Conv2d.from_args(a), target),
+            schedule=lambda cfg, a, target: schedule(cfg, Conv2d.from_args(a), target),
+            default_config=lambda a, target: default_config(Conv2d.from_args(a), target),
             reference=_reference_of,
             flops=lambda a: flops(Conv2d.from_args(a)),
             check=lambda a: Conv2d.from_args(a).check(),
@@ -595,9 +624,9 @@ def _register() -> None:
             name="depthwise_conv2d",
             doc="Y = conv2d(X, W, groups=C) with W: C x 1 x R x S, NCHW (memory-bound)",
             params=(*common, *window),
-            space=lambda a: depthwise_config_space(Conv2d.from_args(a)),
-            schedule=lambda cfg, a: depthwise_schedule(cfg, Conv2d.from_args(a)),
-            default_config=lambda a: depthwise_default_config(Conv2d.from_args(a)),
+            space=lambda a, target: depthwise_config_space(Conv2d.from_args(a), target),
+            schedule=lambda cfg, a, target: depthwise_schedule(cfg, Conv2d.from_args(a)),
+            default_config=lambda a, target: depthwise_default_config(Conv2d.from_args(a), target),
             reference=_reference_of,
             flops=lambda a: flops(Conv2d.from_args(a)),
             bytes_moved=lambda a: bytes_moved(Conv2d.from_args(a)),

@@ -40,8 +40,9 @@ schedule language has no "on the last block" epilogue; computing ``C`` at
 computed at a loop of a stage that reads it). Without bias and activation the
 output is the product itself, scheduled exactly like matmul.
 
->>> cfg = config_space(128, 768, 3072, True, "relu").validate(
-...     default_config(128, 768, 3072, True, "relu"))
+>>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
+>>> cfg = config_space(128, 768, 3072, True, "relu", target).validate(
+...     default_config(128, 768, 3072, True, "relu", target=target))
 >>> s, tensors = schedule(cfg, 128, 768, 3072, True, "relu")
 """
 
@@ -56,16 +57,21 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 
+from ._target import resolve
 from .matmul import (
     Packing,
+    accumulator_budget,
     default_k_unroll,
     define_gemm_knobs,
     gemm_default,
+    mr_choices,
     operand_packing,
     pack_panels,
     register_blocked,
+    tile_registers,
 )
 
 __all__ = [
@@ -164,12 +170,15 @@ def config_space(
     out_features: int,
     bias: bool = True,
     activation: str = "none",
-    vector_lanes: int = 8,
+    target: Target | None = None,
 ) -> ConfigSpace:
-    """Matmul's register tile and cache blocks, parallel, where the epilogue reads C, and
-    whether the tile's vectors run along the output features (W packed) or the batch."""
+    """Matmul's register tile (on ``target``, the host CPU when None) and cache blocks,
+    parallel, where the epilogue reads C, and whether the tile's vectors run along the
+    output features (W packed) or the batch."""
+    tgt = resolve(target)
+    narrowest = tgt.vector_lanes
     sp = ConfigSpace()
-    define_gemm_knobs(sp, batch, out_features, in_features, vector_lanes, sizes=False)
+    define_gemm_knobs(sp, batch, out_features, in_features, tgt, sizes=False)
     sp.define_knob("parallel", [True, False])
     has_epilogue = bias or activation != "none"
     sp.define_knob("epilogue_at", ["panel", "block"] if has_epilogue else ["none"])
@@ -177,7 +186,7 @@ def config_space(
 
     def fits(c: Any) -> bool:
         rows, cols = (batch, out_features) if c["vectors"] == "features" else (out_features, batch)
-        return bool(c["nr"] <= 2 * cols + 8 and c["mr"] <= rows)
+        return bool(c["nr"] <= 2 * cols + narrowest and c["mr"] <= rows)
 
     sp.add_constraint(fits, "tiles no larger than the matrix (MR along the rows, NR the vectors)")
     sp.add_constraint(
@@ -201,9 +210,13 @@ def default_config(
     bias: bool = True,
     activation: str = "none",
     vectors: str | None = None,
+    target: Target | None = None,
 ) -> dict[str, Any]:
     """Vectors along the batch from 64 rows (a 6x16 tile, blocks of 48 features), else
     matmul's default tile with MC up to 144 rows (one row block for a batch of 128), panels.
+
+    The batch tile is 6 rows of two vectors of the target's lanes (6x16 with
+    AVX2, 6x32 with AVX-512: 12 accumulators either way, as matmul's default).
 
     At 128 x 768 x 3072 with relu, interleaved with NumPy's ``matmul``, ``add``
     and ``maximum`` (``out=``), 11 rounds: vectors along the batch 4.7 ms on two
@@ -216,12 +229,17 @@ def default_config(
     """
     has_epilogue = bias or activation != "none"
     epilogue_at = "panel" if has_epilogue else "none"
-    cfg = gemm_default(batch, out_features, in_features)
+    tgt = resolve(target)
+    cfg = gemm_default(batch, out_features, in_features, tgt)
     if vectors is None:
         vectors = "batch" if batch >= _BATCH_VECTORS_FROM else "features"
     if vectors == "batch":
         kc = in_features if in_features <= 1024 else cfg["kc"]
-        tile = {"mr": min(6, out_features), "nr": 16, "kc": kc, "mc_tiles": 8, "nc_tiles": 1}
+        lanes, budget = tgt.vector_lanes, accumulator_budget(tgt)
+        nr = 2 * lanes
+        fit = [m for m in mr_choices(tgt) if tile_registers(m, nr, lanes) <= budget]
+        mr = min(6, max(fit, default=1), out_features)
+        tile = {"mr": mr, "nr": nr, "kc": kc, "mc_tiles": 8, "nc_tiles": 1}
         tile["k_unroll"] = default_k_unroll(kc, in_features)
         return {**cfg, **tile, "parallel": True, "epilogue_at": epilogue_at, "vectors": "batch"}
     mr = cfg["mr"]
@@ -327,9 +345,9 @@ def _register() -> None:
                 Param("bias", bool, True, doc="add a bias of out_features"),
                 Param("activation", str, "none", ACTIVATIONS, doc="applied after the bias"),
             ),
-            space=lambda a: config_space(*arguments(a)),
-            schedule=lambda cfg, a: schedule(cfg, *arguments(a)),
-            default_config=lambda a: default_config(*arguments(a)),
+            space=lambda a, target: config_space(*arguments(a), target),
+            schedule=lambda cfg, a, target: schedule(cfg, *arguments(a)),
+            default_config=lambda a, target: default_config(*arguments(a), target=target),
             reference=_registry_reference,
             flops=lambda a: flops(a["batch"], a["in_features"], a["out_features"]),
         )

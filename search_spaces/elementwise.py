@@ -40,7 +40,10 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
+
+from ._target import resolve
 
 __all__ = [
     "bytes_moved",
@@ -110,11 +113,13 @@ def flops(n: int) -> float:
     return 6.0 * n
 
 
-def config_space(n: int, vector_lanes: int = 8) -> ConfigSpace:
-    """Chunk per parallel task, the vector loop, parallelism, and fusion of the stages."""
+def config_space(n: int, target: Target | None = None) -> ConfigSpace:
+    """Chunk per parallel task, the vector loop (1 to 16 vectors of the target's lanes),
+    parallelism, and fusion of the stages."""
+    lanes = resolve(target).lanes("float32")
     sp = ConfigSpace()
     sp.define_knob("task", _TASKS)
-    sp.define_knob("vector", [1, *(vector_lanes * f for f in (1, 2, 4, 8, 16))])
+    sp.define_knob("vector", [1, *(lanes * f for f in (1, 2, 4, 8, 16))])
     sp.define_knob("parallel", [True, False])
     sp.define_knob("fuse", [True, False])
     sp.add_constraint(
@@ -124,7 +129,7 @@ def config_space(n: int, vector_lanes: int = 8) -> ConfigSpace:
     return sp.freeze()
 
 
-def default_config(n: int) -> dict[str, Any]:
+def default_config(n: int, target: Target | None = None) -> dict[str, Any]:
     """Fused; 64K-element tasks (256 KiB of X, in L2) where n allows; 64-element vectors.
 
     64 over 32 by a little (16M elements, loaded machine: 23.6 against 27.4 ms
@@ -132,7 +137,7 @@ def default_config(n: int) -> dict[str, Any]:
     """
     return {
         "task": max(t for t in _TASKS if t <= max(n, _TASKS[0]) and t <= 65536),
-        "vector": 64,
+        "vector": min(64, 16 * resolve(target).lanes("float32")),
         "parallel": True,
         "fuse": True,
     }
@@ -176,9 +181,9 @@ def _register() -> None:
             name="elementwise_chain",
             doc="Y = relu(X * a + b) * c + tanh(X) over n elements; a, b, c are 1-element arrays",
             params=(Param("n", int, doc="elements"),),
-            space=lambda a: config_space(a["n"]),
-            schedule=lambda cfg, a: schedule(cfg, a["n"]),
-            default_config=lambda a: default_config(a["n"]),
+            space=lambda a, target: config_space(a["n"], target),
+            schedule=lambda cfg, a, target: schedule(cfg, a["n"]),
+            default_config=lambda a, target: default_config(a["n"], target),
             reference=reference,
             flops=lambda a: flops(a["n"]),
             bytes_moved=lambda a: bytes_moved(a["n"]),

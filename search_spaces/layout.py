@@ -47,8 +47,10 @@ import numpy as np
 from tuner import te
 from tuner.schedule import AxisRef, Schedule, StageRef
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 
+from ._target import resolve
 from .reduce import PARALLEL_MIN_BYTES
 
 __all__ = [
@@ -88,11 +90,17 @@ def define_nchw_to_nhwc(N: int, C: int, H: int, W: int) -> tuple[Tensor, Tensor]
     return X, Y
 
 
-def transpose_space(rows: int, cols: int, vector_lanes: int = 8) -> ConfigSpace:
+def _tiles(vector_lanes: int) -> list[int]:
+    """``_TILES`` and one vector (4 lanes give a tile narrower than 8)."""
+    return sorted({vector_lanes, *_TILES})
+
+
+def transpose_space(rows: int, cols: int, target: Target | None = None) -> ConfigSpace:
     """Tiles of a ``rows x cols`` source matrix (``M x N``, or ``C x W`` per image row)."""
+    vector_lanes = resolve(target).lanes("float32")
     sp = ConfigSpace()
-    sp.define_knob("tile_i", list(_TILES))  # source rows per tile
-    sp.define_knob("tile_j", list(_TILES))  # source columns per tile
+    sp.define_knob("tile_i", _tiles(vector_lanes))  # source rows per tile
+    sp.define_knob("tile_j", _tiles(vector_lanes))  # source columns per tile
     sp.define_knob("inner", ["write", "read"])
     sp.define_knob("pack", [True, False])
     sp.define_knob("unroll", [True, False])
@@ -112,17 +120,19 @@ def transpose_space(rows: int, cols: int, vector_lanes: int = 8) -> ConfigSpace:
     return sp.freeze()
 
 
-def default_transpose(rows: int, cols: int) -> dict[str, Any]:
+def default_transpose(rows: int, cols: int, target: Target | None = None) -> dict[str, Any]:
     """32 x 32 tiles with contiguous loads, parallel over column blocks.
 
     Measured on one (busy) thread, CPU time: a 4096 x 4096 transpose took 17 ms
     with contiguous loads (``inner="read"``) and 53 ms with contiguous stores (its
     32 source rows, 16 KiB apart, share one set of the 8-way L1), NumPy's
     ``np.copyto(out, x.T)`` 137 ms; 3000 x 2000: 7.4 ms, 8.7 ms and 29 ms.
+    A matrix smaller than 8 gets one vector of the target's lanes.
     """
+    lanes = resolve(target).lanes("float32")
     return {
-        "tile_i": next(t for t in (32, 16, 8) if t <= max(rows, 8)),
-        "tile_j": next(t for t in (32, 16, 8) if t <= max(cols, 8)),
+        "tile_i": next(t for t in (32, 16, 8, lanes) if t <= max(rows, lanes)),
+        "tile_j": next(t for t in (32, 16, 8, lanes) if t <= max(cols, lanes)),
         "inner": "read",
         "pack": False,
         "unroll": False,
@@ -130,7 +140,9 @@ def default_transpose(rows: int, cols: int) -> dict[str, Any]:
     }
 
 
-def default_nchw_to_nhwc(N: int, C: int, H: int, W: int) -> dict[str, Any]:
+def default_nchw_to_nhwc(
+    N: int, C: int, H: int, W: int, target: Target | None = None
+) -> dict[str, Any]:
     """All channels (up to 64) by 8 columns, stores contiguous, parallel over ``n*h``.
 
     For 8 x 64 x 56 x 56 on one (busy) thread, CPU time: 1.4 ms, NumPy's
@@ -138,11 +150,13 @@ def default_nchw_to_nhwc(N: int, C: int, H: int, W: int) -> dict[str, Any]:
     unrolled inside contiguous loads 1.6 ms, 32 x 32 tiles 1.9 to 2.2 ms. One
     side of the copy stays scalar (a gather or a scatter of single floats):
     beating NumPy by more needs an in-register 8 x 8 transpose (shuffles),
-    which the schedule language cannot express.
+    which the schedule language cannot express. Fewer than 8 columns with
+    4-lane vectors get one vector.
     """
+    lanes = resolve(target).lanes("float32")
     return {
-        "tile_i": next(t for t in (64, 32, 16, 8) if t <= max(C, 8)),
-        "tile_j": 8,
+        "tile_i": next(t for t in (64, 32, 16, 8, lanes) if t <= max(C, lanes)),
+        "tile_j": 8 if max(W, lanes) >= 8 else lanes,
         "inner": "write",
         "pack": False,
         "unroll": False,
@@ -237,8 +251,11 @@ def _pad_bytes(N: int, C: int, H: int, W: int, ph: int, pw: int) -> float:
     return 4.0 * N * C * (H * W + (H + 2 * ph) * (W + 2 * pw))
 
 
-def pad_space(N: int, C: int, H: int, W: int, ph: int, pw: int) -> ConfigSpace:
+def pad_space(
+    N: int, C: int, H: int, W: int, ph: int, pw: int, target: Target | None = None
+) -> ConfigSpace:
     """Planes per parallel task and the split of a padded row (0: none)."""
+    vector_lanes = resolve(target).lanes("float32")
     sp = ConfigSpace()
     sp.define_knob("planes_per_task", [1, 2, 4, 8, 16])
     sp.define_knob("w_split", list(_W_SPLITS))
@@ -247,8 +264,8 @@ def pad_space(N: int, C: int, H: int, W: int, ph: int, pw: int) -> ConfigSpace:
         lambda c: c["planes_per_task"] <= N * C, "a task holds no more planes than N*C"
     )
     sp.add_constraint(
-        lambda c: c["w_split"] <= max(W + 2 * pw, 8),
-        "the row split is no wider than a padded row or one 8-lane vector",
+        lambda c: c["w_split"] <= max(W + 2 * pw, vector_lanes),
+        f"the row split is no wider than a padded row or one {vector_lanes}-lane vector",
     )
     return sp.freeze()
 
@@ -293,9 +310,9 @@ def _register() -> None:
             name="transpose",
             doc="Y = X.T for an M x N float32 matrix (memory-bound)",
             params=(Param("M", int, doc="rows of X"), Param("N", int, doc="columns of X")),
-            space=lambda a: transpose_space(a["M"], a["N"]),
-            schedule=lambda cfg, a: schedule_transpose(cfg, a["M"], a["N"]),
-            default_config=lambda a: default_transpose(a["M"], a["N"]),
+            space=lambda a, target: transpose_space(a["M"], a["N"], target),
+            schedule=lambda cfg, a, target: schedule_transpose(cfg, a["M"], a["N"]),
+            default_config=lambda a, target: default_transpose(a["M"], a["N"], target),
             reference=lambda x, **_: np.ascontiguousarray(x.T),
             flops=lambda a: 0.0,
             bytes_moved=lambda a: 8.0 * a["M"] * a["N"],
@@ -306,9 +323,13 @@ def _register() -> None:
             name="nchw_to_nhwc",
             doc="Y[n, h, w, c] = X[n, c, h, w]: NCHW to NHWC for float32 (memory-bound)",
             params=nchw,
-            space=lambda a: transpose_space(a["C"], a["W"]),
-            schedule=lambda cfg, a: schedule_nchw_to_nhwc(cfg, a["N"], a["C"], a["H"], a["W"]),
-            default_config=lambda a: default_nchw_to_nhwc(a["N"], a["C"], a["H"], a["W"]),
+            space=lambda a, target: transpose_space(a["C"], a["W"], target),
+            schedule=lambda cfg, a, target: schedule_nchw_to_nhwc(
+                cfg, a["N"], a["C"], a["H"], a["W"]
+            ),
+            default_config=lambda a, target: default_nchw_to_nhwc(
+                a["N"], a["C"], a["H"], a["W"], target
+            ),
             reference=lambda x, **_: np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
             flops=lambda a: 0.0,
             bytes_moved=lambda a: 8.0 * a["N"] * a["C"] * a["H"] * a["W"],
@@ -327,9 +348,9 @@ def _register() -> None:
             name="pad",
             doc="zero padding of an NCHW float32 tensor: Y[N, C, H + 2*pad_h, W + 2*pad_w]",
             params=nchw + pads,
-            space=lambda a: pad_space(*shape(a)),
-            schedule=lambda cfg, a: schedule_pad(cfg, *shape(a)),
-            default_config=lambda a: default_pad(*shape(a)),
+            space=lambda a, target: pad_space(*shape(a), target),
+            schedule=lambda cfg, a, target: schedule_pad(cfg, *shape(a)),
+            default_config=lambda a, target: default_pad(*shape(a)),
             reference=lambda x, **a: pad_reference(x, pad_h=a["pad_h"], pad_w=a["pad_w"]),
             flops=lambda a: 0.0,
             bytes_moved=lambda a: (

@@ -17,6 +17,13 @@ A are packed (and A where), and whether ``jo`` runs in parallel; a constraint
 keeps the register tile within the target's vector registers. int8 inputs
 accumulate in int32.
 
+The register tile reads the target: NR is one to four vectors of its float32
+lanes, and the tile's accumulators fit its vector registers less four (kept
+for the B vectors and the A broadcast), MR running up to what that budget
+holds with two vectors a row. With AVX2's 8 lanes and 16 registers that is
+12 accumulators (6x16, 4x24, 3x32 ...); with AVX-512's 16 lanes and 32
+registers 28 (14x32, 12x32, 8x48, 6x64 ...).
+
 Transposed operands keep the same register tile. ``trans_b`` reads B as
 ``[N, K]`` (a PyTorch ``Linear`` weight, attention's keys): packing copies it
 into the same ``[NC/NR][KC][NR]`` panels, so the tile's inner loop still
@@ -28,7 +35,8 @@ one k are then adjacent, and packing A makes its panels contiguous too.
 products over one reduction axis, so ``batch_matmul`` (with a batch loop
 outside) and ``dense`` (computed inside its epilogue's loops) reuse it.
 
->>> space = config_space(512, 512, 512)
+>>> avx2 = Target.make("cpu", vector_lanes=8, vector_registers=16)
+>>> space = config_space(512, 512, 512, target=avx2)
 >>> s, tensors = schedule(space.sample(np.random.default_rng(0)), 512, 512, 512)
 """
 
@@ -44,11 +52,16 @@ from tuner import te
 from tuner.schedule import Schedule
 from tuner.schedule.schedule import AxisRef
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 
+from ._target import resolve
+
 __all__ = [
+    "RESERVED_REGISTERS",
     "GemmLoops",
     "Packing",
+    "accumulator_budget",
     "accumulator_lanes",
     "config_space",
     "default_config",
@@ -58,16 +71,18 @@ __all__ = [
     "flops",
     "gemm_default",
     "kc_choices",
+    "mr_choices",
+    "nr_choices",
     "operand_packing",
     "pack_panels",
     "reference",
     "register_blocked",
     "schedule",
+    "tile_registers",
 ]
 
-#: Accumulator tiles must leave registers for the B vectors and the A broadcast:
-#: 12 of the 16 vector registers of AVX2 (and of the first 16 of AVX-512).
-ACCUMULATOR_REGISTERS = 12
+#: Vector registers a register tile leaves for the B vectors and the A broadcast.
+RESERVED_REGISTERS = 4
 
 
 def define(
@@ -125,8 +140,43 @@ def kc_choices(K: int) -> list[int]:
     return sorted({32, 64, 128, 256, 512, *even, *([K] if K <= 1024 else [])})
 
 
+def accumulator_budget(target: Target) -> int:
+    """Vector registers the MR x NR accumulators may use: the target's less the reserved ones."""
+    return max(1, target.vector_registers - RESERVED_REGISTERS)
+
+
+def mr_choices(target: Target) -> list[int]:
+    """1 to 6 and 8 rows, then even counts up to half the register budget.
+
+    Half the budget is the rows of a tile two vectors wide. With 16 registers
+    (a budget of 12) that adds nothing; with 32 (28) it adds 10, 12 and 14,
+    so that 12x32 and 14x32 tiles of 16 lanes are there.
+    """
+    return sorted({1, 2, 3, 4, 5, 6, 8, *range(10, accumulator_budget(target) // 2 + 1, 2)})
+
+
+def nr_choices(target: Target) -> list[int]:
+    """One to four vectors of the target's float32 lanes (8, 16, 24, 32 with AVX2).
+
+    float32 lanes whatever the dtype: a float64 tile's NR is two to eight of
+    its (half as wide) vectors, as it always was.
+    """
+    return [target.vector_lanes * v for v in (1, 2, 3, 4)]
+
+
+def tile_registers(mr: int, nr: int, lanes: int) -> int:
+    """Vector registers an MR x NR accumulator tile of ``lanes``-lane vectors takes."""
+    return mr * -(-nr // lanes)
+
+
 def define_gemm_knobs(
-    sp: ConfigSpace, M: int, N: int, K: int, vector_lanes: int = 8, sizes: bool = True
+    sp: ConfigSpace,
+    M: int,
+    N: int,
+    K: int,
+    target: Target,
+    dtype: str = "float32",
+    sizes: bool = True,
 ) -> None:
     """The register tile (MR x NR), its k loop's unrolling, the cache blocks (KC, MC, NC).
 
@@ -139,11 +189,16 @@ def define_gemm_knobs(
     trip is not unrolled. Configs of logs written before the knob read as
     not unrolled.
 
+    The tile's MR and NR choices and its register budget come from the target
+    (see :func:`mr_choices`, :func:`nr_choices`, :func:`accumulator_budget`),
+    its vectors being ``dtype``'s accumulator's.
+
     ``sizes=False`` leaves out "tiles no larger than the matrix", for a caller
     whose tile may run along either axis (dense): it states its own.
     """
-    sp.define_knob("mr", [1, 2, 3, 4, 5, 6, 8])
-    sp.define_knob("nr", [8, 16, 24, 32])
+    lanes, budget = accumulator_lanes(dtype, target), accumulator_budget(target)
+    sp.define_knob("mr", mr_choices(target))
+    sp.define_knob("nr", nr_choices(target))
     sp.define_knob("kc", kc_choices(K))
     sp.define_knob("mc_tiles", [1, 2, 4, 8, 16, 24, 32])  # MC = mc_tiles * MR
     sp.define_knob("nc_tiles", [1, 2, 4, 8, 16, 32, 64])  # NC = nc_tiles * NR
@@ -152,13 +207,14 @@ def define_gemm_knobs(
         lambda c: _unroll_fits(c["k_unroll"], c["kc"], K), "k_unroll divides every block of K"
     )
     sp.add_constraint(
-        lambda c: c["mr"] * c["nr"] <= ACCUMULATOR_REGISTERS * vector_lanes,
-        f"the MR x NR accumulator tile fits {ACCUMULATOR_REGISTERS} vector registers"
-        f" of {vector_lanes} lanes",
+        lambda c: tile_registers(c["mr"], c["nr"], lanes) <= budget,
+        f"the MR x NR accumulator tile fits {budget} vector registers of {lanes} lanes",
     )
     if sizes:
+        narrowest = target.vector_lanes
         sp.add_constraint(
-            lambda c: c["nr"] <= 2 * N + 8 and c["mr"] <= M, "tiles no larger than the matrix"
+            lambda c: c["nr"] <= 2 * N + narrowest and c["mr"] <= M,
+            "tiles no larger than the matrix",
         )
 
 
@@ -167,12 +223,12 @@ def define_gemm_knobs(
 _DEFAULT_TILES = ((6, 2, 1.0), (4, 3, 1.0), (4, 2, 0.8))
 
 
-def accumulator_lanes(dtype: str, vector_lanes: int = 8) -> int:
-    """Lanes of one vector register for ``dtype``'s accumulator, given the float32 lanes.
+def accumulator_lanes(dtype: str, target: Target | None = None) -> int:
+    """Lanes of one vector register for ``dtype``'s accumulator on ``target`` (the host's).
 
     int8 accumulates in int32 (as many lanes as float32); float64 has half as many.
     """
-    return vector_lanes // 2 if dtype == "float64" else vector_lanes
+    return resolve(target).lanes(dtype)
 
 
 def _tile_cost(M: int, N: int, mr: int, nr: int, efficiency: float) -> float:
@@ -204,21 +260,37 @@ def default_k_unroll(kc: int, K: int) -> int:
     return next(u for u in (4, 2, 1) if _unroll_fits(u, kc, K))
 
 
-def gemm_default(M: int, N: int, K: int, lanes: int = 8) -> dict[str, Any]:
+def gemm_default(
+    M: int, N: int, K: int, target: Target | None = None, dtype: str = "float32"
+) -> dict[str, Any]:
     """A register tile of 8 or 12 accumulators, KC <= 512, NC <= 256 columns, MC 16 tiles.
 
-    The tile is 6x16, 4x24 or 4x16 (6x8 or 4x8 of 4-lane float64 vectors),
-    whichever leaves the least work on edge tiles for its efficiency (4x24
-    covers a batch of 128 rows and 3072 columns exactly); smaller matrices get
-    the largest tile that fits them. KC cuts K into even blocks of at most 512:
+    The tile is 6 rows of 2 vectors, 4 of 3 or 4 of 2 (6x16, 4x24 or 4x16 with
+    AVX2's 8 lanes; 6x8 or 4x8 of 4-lane float64 vectors; 6x32 or 4x32 with
+    AVX-512's 16), whichever leaves the least work on edge tiles for its
+    efficiency (4x24 covers a batch of 128 rows and 3072 columns exactly);
+    smaller matrices get the largest tile that fits them. The accumulators
+    count, not the lanes: 12 keep two FMA units of latency 5 busy, whatever
+    the width (the AVX-512 defaults are not measured yet; a target with fewer
+    registers gets fewer rows). KC cuts K into even blocks of at most 512:
     at 1024^3, interleaved with NumPy (ratios to it, medians of 11 rounds),
     KC 512 against 256 gave 0.90 to 0.97 against 0.83 to 0.87 on one thread
     and 0.92 against 0.84 on two; fewer passes over C's tiles, and B's panel
     still streams from L2.
     """
-    tiles = [(mr, v * lanes, e) for mr, v, e in _DEFAULT_TILES if v * lanes in (8, 16, 24, 32)]
+    tgt = resolve(target)
+    lanes, budget, widths = tgt.lanes(dtype), accumulator_budget(tgt), nr_choices(tgt)
+    tiles = [
+        (mr, v * lanes, e)
+        for mr, v, e in _DEFAULT_TILES
+        if v * lanes in widths and tile_registers(mr, v * lanes, lanes) <= budget
+    ]
+    if not tiles:  # fewer than 16 registers: the most rows of the narrowest tile
+        rows = [m for m in mr_choices(tgt) if tile_registers(m, widths[0], lanes) <= budget]
+        tiles = [(max(rows, default=1), widths[0], 1.0)]
     mr, nr, _ = min(tiles, key=lambda t: _tile_cost(M, N, *t))
-    nr = nr if N >= 4 else 8
+    if nr > 2 * N + tgt.vector_lanes:  # wider than the matrix (see define_gemm_knobs)
+        nr = widths[0]
     kc = -(-K // -(-K // 512))
     return {
         "mr": min(mr, M),
@@ -337,9 +409,18 @@ def pack_panels(
 
 
 def config_space(
-    M: int, N: int, K: int, vector_lanes: int = 8, trans_a: bool = False, trans_b: bool = False
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float32",
+    trans_a: bool = False,
+    trans_b: bool = False,
+    target: Target | None = None,
 ) -> ConfigSpace:
-    """The knobs of the GotoBLAS nest; the register tile fits 12 vector registers.
+    """The knobs of the GotoBLAS nest on ``target`` (the host CPU when None).
+
+    The register tile fits the target's vector registers less four (see
+    :func:`define_gemm_knobs`).
 
     A transposed B read without packing gathers NR values at a stride of K for
     every k, so with ``trans_b`` B is always packed. Packing A matters most
@@ -358,7 +439,7 @@ def config_space(
     The 200-trial tune of the benchmark suite chose "once".
     """
     sp = ConfigSpace()
-    define_gemm_knobs(sp, M, N, K, vector_lanes)
+    define_gemm_knobs(sp, M, N, K, resolve(target), dtype)
     sp.define_knob("pack_b", [True, False])
     sp.define_knob("parallel", [True, False])
     sp.define_knob("pack_a", [True, False], absent=None if trans_a else False)
@@ -375,14 +456,19 @@ def config_space(
 
 
 def default_config(
-    M: int, N: int, K: int, trans_a: bool = False, dtype: str = "float32"
+    M: int,
+    N: int,
+    K: int,
+    trans_a: bool = False,
+    dtype: str = "float32",
+    target: Target | None = None,
 ) -> dict[str, Any]:
     """A decent schedule without tuning (12-accumulator tile, KC <= 512, B packed, parallel).
 
     A transposed A is packed too: its MR values per k are adjacent, but one k
     to the next is a stride of M, a cache line per k otherwise.
     """
-    cfg = {**gemm_default(M, N, K, accumulator_lanes(dtype)), "pack_b": True, "parallel": True}
+    cfg = {**gemm_default(M, N, K, target, dtype), "pack_b": True, "parallel": True}
     return {**cfg, "pack_a": trans_a}
 
 
@@ -430,19 +516,14 @@ def _register() -> None:
                 Param("trans_a", bool, False, doc="A is given as K x M (C = A.T @ B)"),
                 Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),
             ),
-            space=lambda a: config_space(
-                a["M"],
-                a["N"],
-                a["K"],
-                accumulator_lanes(a["dtype"]),
-                trans_a=a["trans_a"],
-                trans_b=a["trans_b"],
+            space=lambda a, target: config_space(
+                a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target
             ),
-            schedule=lambda cfg, a: schedule(
+            schedule=lambda cfg, a, target: schedule(
                 cfg, a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"]
             ),
-            default_config=lambda a: default_config(
-                a["M"], a["N"], a["K"], a["trans_a"], a["dtype"]
+            default_config=lambda a, target: default_config(
+                a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target
             ),
             reference=_registry_reference,
             flops=lambda a: flops(a["M"], a["N"], a["K"]),

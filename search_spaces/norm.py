@@ -49,9 +49,11 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, softmax
+from ._target import resolve
 
 __all__ = [
     "batch_norm_bytes",
@@ -126,8 +128,10 @@ def layer_norm_flops(M: int, N: int) -> float:
     return 8.0 * M * N
 
 
-def layer_norm_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
-    """Row tasks, parallelism, column vectors, reduction lanes, where the reductions live."""
+def layer_norm_space(M: int, N: int, target: Target | None = None) -> ConfigSpace:
+    """Row tasks, parallelism, column vectors (of the target's lanes), reduction lanes,
+    where the reductions live."""
+    vector_lanes = resolve(target).lanes("float32")
     sp = ConfigSpace()
     sp.define_knob("rows_per_task", [1, 2, 4, 8, 16, 32, 64])
     sp.define_knob("parallel", [True, False])
@@ -143,19 +147,21 @@ def layer_norm_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
     return sp.freeze()
 
 
-def layer_norm_default(M: int, N: int) -> dict[str, Any]:
+def layer_norm_default(M: int, N: int, target: Target | None = None) -> dict[str, Any]:
     """Softmax's nest with 64 lanes and the output's columns in 64s; parallel row tasks.
 
     LLVM unrolls a lanes loop of 32 or fewer fully before its loop vectorizer
     runs and leaves the partials scalar; at 64 the loop stays and is
     vectorized: 3.8 against 8.1 ms for 16 lanes at 4096 x 768, one thread,
     loaded machine (NumPy 20.5). The same holds for the output's column loop
-    (64 was also the best of 24 tuning trials).
+    (64 was also the best of 24 tuning trials). Columns in 64s where 8
+    vectors reach that far (32s with 4-lane vectors).
     """
-    cfg = softmax.default_config(M, N)
+    tgt = resolve(target)
+    cfg = softmax.default_config(M, N, target=tgt)
     del cfg["exp_inline"]
     if N >= 64:
-        cfg["col_split"] = 64
+        cfg["col_split"] = min(64, 8 * tgt.lanes("float32"))
         cfg["lanes"] = 64
     return cfg
 
@@ -226,8 +232,10 @@ def batch_norm_bytes(N: int, C: int, H: int, W: int) -> float:
     return 4.0 * (2 * N * C * H * W + 4 * C)
 
 
-def batch_norm_space(N: int, C: int, H: int, W: int, vector_lanes: int = 8) -> ConfigSpace:
-    """Planes per parallel task, parallelism, the row's vector split, folding the statistics."""
+def batch_norm_space(N: int, C: int, H: int, W: int, target: Target | None = None) -> ConfigSpace:
+    """Planes per parallel task, parallelism, the row's vector split (of the target's lanes),
+    folding the statistics."""
+    vector_lanes = resolve(target).lanes("float32")
     sp = ConfigSpace()
     sp.define_knob("planes_per_task", [1, 2, 4, 8, 16, 32, 64])
     sp.define_knob("parallel", [True, False])
@@ -324,8 +332,10 @@ def _batch_norm_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
 class _BatchNormOperator(Operator):
     """Batch norm draws running variances in [0.1, 1.1]: a variance is never negative."""
 
-    def make_inputs(self, args: Mapping[str, Any], seed: int = 0) -> list[np.ndarray]:
-        arrays = super().make_inputs(args, seed)
+    def make_inputs(
+        self, args: Mapping[str, Any], seed: int = 0, target: Target | None = None
+    ) -> list[np.ndarray]:
+        arrays = super().make_inputs(args, seed, target)
         arrays[2] = (np.abs(arrays[2]) + 0.1).astype(arrays[2].dtype)
         return arrays
 
@@ -339,9 +349,9 @@ def _register() -> None:
             name="layer_norm",
             doc="Y = layer_norm(X, [N], gamma, beta) over the last axis of M x N (memory-bound)",
             params=(Param("M", int, doc="rows"), Param("N", int, doc="normalised columns"), eps),
-            space=lambda a: layer_norm_space(a["M"], a["N"]),
-            schedule=lambda cfg, a: layer_norm_schedule(cfg, a["M"], a["N"], _eps(a)),
-            default_config=lambda a: layer_norm_default(a["M"], a["N"]),
+            space=lambda a, target: layer_norm_space(a["M"], a["N"], target),
+            schedule=lambda cfg, a, target: layer_norm_schedule(cfg, a["M"], a["N"], _eps(a)),
+            default_config=lambda a, target: layer_norm_default(a["M"], a["N"], target),
             reference=_layer_norm_reference,
             flops=lambda a: layer_norm_flops(a["M"], a["N"]),
             bytes_moved=lambda a: layer_norm_bytes(a["M"], a["N"]),
@@ -354,11 +364,11 @@ def _register() -> None:
             name="batch_norm",
             doc="Y = batch_norm(X, running_mean, running_var, gamma, beta) in inference, NCHW",
             params=(*(Param(p, int, doc=f"{p} of NCHW") for p in shape), eps),
-            space=lambda a: batch_norm_space(*(a[p] for p in shape)),
-            schedule=lambda cfg, a: batch_norm_schedule(
+            space=lambda a, target: batch_norm_space(a["N"], a["C"], a["H"], a["W"], target),
+            schedule=lambda cfg, a, target: batch_norm_schedule(
                 cfg, a["N"], a["C"], a["H"], a["W"], _eps(a)
             ),
-            default_config=lambda a: batch_norm_default(*(a[p] for p in shape)),
+            default_config=lambda a, target: batch_norm_default(*(a[p] for p in shape)),
             reference=_batch_norm_reference,
             flops=lambda a: 2.0 * math.prod(a[p] for p in shape),
             bytes_moved=lambda a: batch_norm_bytes(*(a[p] for p in shape)),

@@ -57,8 +57,10 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
 
+from ._target import resolve
 from .reduce import PARALLEL_MIN_BYTES
 
 if TYPE_CHECKING:
@@ -201,8 +203,13 @@ def flops(args: Mapping[str, Any]) -> float:
     return float(args["N"] * args["C"] * Ho * Wo * args["kernel"] ** 2)
 
 
-def config_space(kind: str, args: Mapping[str, Any], vector_lanes: int = 8) -> ConfigSpace:
-    """Where the padded copy lives, the window order, the column split, registers, threads."""
+def config_space(kind: str, args: Mapping[str, Any], target: Target | None = None) -> ConfigSpace:
+    """Where the padded copy lives, the window order, the column split, registers, threads.
+
+    Local accumulators fit half the target's vector registers.
+    """
+    tgt = resolve(target)
+    vector_lanes, half = tgt.lanes("float32"), tgt.vector_registers // 2
     _, Wo = out_size(args)
     sp = ConfigSpace()
     sp.define_knob("pad_at", list(_PAD_AT))
@@ -220,8 +227,8 @@ def config_space(kind: str, args: Mapping[str, Any], vector_lanes: int = 8) -> C
         f"the column split is no wider than an output row or one {vector_lanes}-lane vector",
     )
     sp.add_constraint(
-        lambda c: not c["local"] or (c["ow_split"] or Wo) <= 8 * vector_lanes,
-        "local accumulators fit 8 vector registers",
+        lambda c: not c["local"] or (c["ow_split"] or Wo) <= half * vector_lanes,
+        f"local accumulators fit {half} vector registers",
     )
     sp.add_constraint(
         lambda c: not c["unroll_window"] or int(args["kernel"]) <= 8,
@@ -230,7 +237,9 @@ def config_space(kind: str, args: Mapping[str, Any], vector_lanes: int = 8) -> C
     return sp.freeze()
 
 
-def default_config(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def default_config(
+    kind: str, args: Mapping[str, Any], target: Target | None = None
+) -> dict[str, Any]:
     """Padded rows, whole output rows, the window innermost, parallel planes.
 
     With the window innermost LLVM unrolls it and vectorizes the output-column
@@ -313,8 +322,11 @@ def global_bytes_moved(N: int, C: int, H: int, W: int) -> float:
     return 4.0 * N * C * (H * W + 1)
 
 
-def global_config_space(N: int, C: int, H: int, W: int, vector_lanes: int = 8) -> ConfigSpace:
+def global_config_space(
+    N: int, C: int, H: int, W: int, target: Target | None = None
+) -> ConfigSpace:
     """Planes per parallel task, and whether the ``W`` column sums live in registers."""
+    registers = _column_registers(resolve(target))
     sp = ConfigSpace()
     sp.define_knob("planes_per_task", [1, 2, 4, 8, 16, 32])
     sp.define_knob("local", [True, False])
@@ -323,13 +335,20 @@ def global_config_space(N: int, C: int, H: int, W: int, vector_lanes: int = 8) -
         lambda c: c["planes_per_task"] <= N * C, "a task holds no more planes than N*C"
     )
     sp.add_constraint(
-        lambda c: not c["local"] or 16 * vector_lanes >= W,
-        "local column sums fit 16 vector registers",
+        lambda c: not c["local"] or registers >= W,
+        f"local column sums fit the target's vector registers ({registers} floats)",
     )
     return sp.freeze()
 
 
-def global_default_config(N: int, C: int, H: int, W: int) -> dict[str, Any]:
+def _column_registers(target: Target) -> int:
+    """float32 values the target's vector registers hold (128 with AVX2's 16 x 8)."""
+    return target.vector_registers * target.lanes("float32")
+
+
+def global_default_config(
+    N: int, C: int, H: int, W: int, target: Target | None = None
+) -> dict[str, Any]:
     """Tasks of 8 planes, register column sums, threads for large inputs.
 
     Measured on one (busy) thread, CPU time, 8 x 256 x 56 x 56: 1.5 ms against
@@ -338,7 +357,7 @@ def global_default_config(N: int, C: int, H: int, W: int) -> dict[str, Any]:
     """
     return {
         "planes_per_task": next(p for p in (8, 4, 2, 1) if (N * C) % p == 0),
-        "local": W <= 128,
+        "local": _column_registers(resolve(target)) >= W,
         "parallel": global_bytes_moved(N, C, H, W) >= PARALLEL_MIN_BYTES,
     }
 
@@ -378,14 +397,16 @@ def _operator(kind: str) -> Operator:
     """The registry entry of ``<kind>_pool2d``; its callables take the parsed arguments."""
     from . import Operator, Param
 
-    def space(a: Mapping[str, Any]) -> ConfigSpace:
-        return config_space(kind, a)
+    def space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+        return config_space(kind, a, target)
 
-    def sched(cfg: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Schedule, list[Tensor]]:
+    def sched(
+        cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
+    ) -> tuple[Schedule, list[Tensor]]:
         return schedule(cfg, kind, a)
 
-    def default(a: Mapping[str, Any]) -> dict[str, Any]:
-        return default_config(kind, a)
+    def default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        return default_config(kind, a, target)
 
     def ref(x: np.ndarray, **args: Any) -> np.ndarray:
         """``reference(*inputs, **parsed_args)``: the window comes from the arguments."""
@@ -431,9 +452,11 @@ def _register() -> None:
             name="global_avg_pool2d",
             doc="mean of each H x W plane of an NCHW float32 tensor, as Y[N, C, 1, 1]",
             params=tuple(Param(name, int, doc=doc) for name, doc in _NCHW),
-            space=lambda a: global_config_space(a["N"], a["C"], a["H"], a["W"]),
-            schedule=lambda cfg, a: global_schedule(cfg, a["N"], a["C"], a["H"], a["W"]),
-            default_config=lambda a: global_default_config(a["N"], a["C"], a["H"], a["W"]),
+            space=lambda a, target: global_config_space(a["N"], a["C"], a["H"], a["W"], target),
+            schedule=lambda cfg, a, target: global_schedule(cfg, a["N"], a["C"], a["H"], a["W"]),
+            default_config=lambda a, target: global_default_config(
+                a["N"], a["C"], a["H"], a["W"], target
+            ),
             reference=_global_reference,
             flops=lambda a: float(a["N"] * a["C"] * a["H"] * a["W"]),
             bytes_moved=lambda a: global_bytes_moved(a["N"], a["C"], a["H"], a["W"]),

@@ -66,7 +66,10 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Tensor
+
+from ._target import resolve
 
 if TYPE_CHECKING:
     from . import Operator
@@ -164,13 +167,23 @@ def flops(M: int, N: int) -> float:
     return float(M * N)
 
 
-def config_space(kind: str, M: int, N: int, axis: int, vector_lanes: int = 8) -> ConfigSpace:
-    """Lanes and row tasks for a row reduction; the column block for a column reduction."""
+def _col_blocks(vector_lanes: int) -> list[int]:
+    """``_COL_BLOCKS`` and one vector (4 lanes give a block narrower than 8)."""
+    return sorted({vector_lanes, *_COL_BLOCKS})
+
+
+def config_space(kind: str, M: int, N: int, axis: int, target: Target | None = None) -> ConfigSpace:
+    """Lanes and row tasks for a row reduction; the column block for a column reduction.
+
+    Local accumulators fit the target's vector registers.
+    """
+    tgt = resolve(target)
+    vector_lanes, registers = tgt.lanes("float32"), tgt.vector_registers
     sp = ConfigSpace()
     sp.define_knob("parallel", [True, False])
     sp.define_knob("local", [True, False])
     if axis == 0:
-        sp.define_knob("col_block", list(_COL_BLOCKS))
+        sp.define_knob("col_block", _col_blocks(vector_lanes))
         sp.define_knob("row_unroll", [1, 2, 4, 8])
         sp.add_constraint(lambda c: c["row_unroll"] <= M, "no more rows unrolled than M")
         sp.add_constraint(
@@ -178,8 +191,8 @@ def config_space(kind: str, M: int, N: int, axis: int, vector_lanes: int = 8) ->
             f"the column block is no wider than a row or one {vector_lanes}-lane vector",
         )
         sp.add_constraint(
-            lambda c: not c["local"] or c["col_block"] <= 16 * vector_lanes,
-            "local accumulators fit 16 vector registers",
+            lambda c: not c["local"] or c["col_block"] <= registers * vector_lanes,
+            f"local accumulators fit {registers} vector registers",
         )
         return sp.freeze()
     sp.define_knob("lanes", list(_LANES))
@@ -194,14 +207,17 @@ def config_space(kind: str, M: int, N: int, axis: int, vector_lanes: int = 8) ->
     sp.add_constraint(
         lambda c: (
             not c["local"]
-            or c["lanes"] * (c["rows_per_task"] if c["interleave_rows"] else 1) <= 16 * vector_lanes
+            or c["lanes"] * (c["rows_per_task"] if c["interleave_rows"] else 1)
+            <= registers * vector_lanes
         ),
-        "local accumulators fit 16 vector registers",
+        f"local accumulators fit {registers} vector registers",
     )
     return sp.freeze()
 
 
-def default_config(kind: str, M: int, N: int, axis: int) -> dict[str, Any]:
+def default_config(
+    kind: str, M: int, N: int, axis: int, target: Target | None = None
+) -> dict[str, Any]:
     """Row reductions: 8 lanes of 4 interleaved rows in registers, parallel tasks.
     Column reductions: blocks of half a row (two parallel tasks), eight rows unrolled.
 
@@ -212,7 +228,8 @@ def default_config(kind: str, M: int, N: int, axis: int) -> dict[str, Any]:
     """
     parallel = bytes_moved(M, N, axis) >= PARALLEL_MIN_BYTES
     if axis == 0:
-        block = next(b for b in reversed(_COL_BLOCKS) if b <= max(N // 2, 8))
+        lanes = resolve(target).lanes("float32")
+        block = next(b for b in reversed(_col_blocks(lanes)) if b <= max(N // 2, lanes))
         unroll = next(u for u in (8, 4, 2, 1) if u <= M)
         return {"parallel": parallel, "local": False, "col_block": block, "row_unroll": unroll}
     rows = next(r for r in (4, 2, 1) if M % r == 0)
@@ -293,14 +310,16 @@ def _operator(kind: str) -> Operator:
     """The registry entry of ``reduce_<kind>``; its callables take the parsed arguments."""
     from . import Operator, Param
 
-    def space(a: Mapping[str, Any]) -> ConfigSpace:
-        return config_space(kind, a["M"], a["N"], a["axis"])
+    def space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+        return config_space(kind, a["M"], a["N"], a["axis"], target)
 
-    def sched(cfg: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Schedule, list[Tensor]]:
+    def sched(
+        cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
+    ) -> tuple[Schedule, list[Tensor]]:
         return schedule(cfg, kind, a["M"], a["N"], a["axis"])
 
-    def default(a: Mapping[str, Any]) -> dict[str, Any]:
-        return default_config(kind, a["M"], a["N"], a["axis"])
+    def default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        return default_config(kind, a["M"], a["N"], a["axis"], target)
 
     def ref(x: np.ndarray, **args: Any) -> np.ndarray:
         """``reference(*inputs, **parsed_args)``; the axis defaults to 1 when no args come."""

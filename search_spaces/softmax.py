@@ -52,7 +52,10 @@ import numpy as np
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
+from tuner.target import Target
 from tuner.te import Expr, Tensor
+
+from ._target import resolve
 
 __all__ = [
     "bytes_moved",
@@ -171,8 +174,12 @@ def flops(M: int, N: int) -> float:
     return 5.0 * M * N
 
 
-def config_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
-    """Row tasks, parallelism, column vectors, reduction lanes, where the exp and reductions live."""
+def config_space(M: int, N: int, target: Target | None = None) -> ConfigSpace:
+    """Row tasks, parallelism, column vectors, reduction lanes, where the exp and reductions live.
+
+    The column split is 1, 2, 4 or 8 vectors of the target's lanes.
+    """
+    vector_lanes = resolve(target).lanes("float32")
     sp = ConfigSpace()
     sp.define_knob("rows_per_task", [1, 2, 4, 8, 16, 32, 64])
     sp.define_knob("parallel", [True, False])
@@ -189,7 +196,9 @@ def config_space(M: int, N: int, vector_lanes: int = 8) -> ConfigSpace:
     return sp.freeze()
 
 
-def default_config(M: int, N: int, log: bool = False) -> dict[str, Any]:
+def default_config(
+    M: int, N: int, log: bool = False, target: Target | None = None
+) -> dict[str, Any]:
     """Per row: 16-lane max, the exp stored once, a 16-lane sum, the output; parallel tasks.
 
     The stored exp is a buffer of the task's rows (lowering sizes a stage
@@ -199,12 +208,14 @@ def default_config(M: int, N: int, log: bool = False) -> dict[str, Any]:
     on two; NumPy 26). Log-softmax reads the exp once, in the sum, so it
     computes it there. Tasks of 4, 2 or 1 rows, whichever divides M (a
     partial last task costs a guarded copy of the loop nest for no speed);
-    16 lanes where the row is that long.
+    16 lanes where the row is that long. Columns in 32s (one vector where
+    the row is shorter, and at least one where vectors are wider).
     """
+    vector_lanes = resolve(target).lanes("float32")
     return {
         "rows_per_task": next(r for r in (4, 2, 1) if M % r == 0),
         "parallel": True,
-        "col_split": 32 if N >= 32 else 8,
+        "col_split": max(32, vector_lanes) if N >= 32 else vector_lanes,
         "lanes": next(n for n in (16, 8, 4, 1) if n <= N),
         "exp_inline": log,
         "reductions_at_row": True,
@@ -287,13 +298,13 @@ def schedule(
 
 
 def _schedule_of(
-    cfg: Mapping[str, Any], args: Mapping[str, Any], log: bool
+    cfg: Mapping[str, Any], args: Mapping[str, Any], target: Target, log: bool
 ) -> tuple[Schedule, list[Tensor]]:
     return schedule(cfg, args["M"], args["N"], log=log)
 
 
-def _default_of(args: Mapping[str, Any], log: bool) -> dict[str, Any]:
-    return default_config(args["M"], args["N"], log)
+def _default_of(args: Mapping[str, Any], target: Target, log: bool) -> dict[str, Any]:
+    return default_config(args["M"], args["N"], log, target)
 
 
 def _register() -> None:
@@ -309,7 +320,7 @@ def _register() -> None:
                 name=name,
                 doc=f"Y = {what} over the last axis of an M x N matrix (memory-bound)",
                 params=params,
-                space=lambda a: config_space(a["M"], a["N"]),
+                space=lambda a, target: config_space(a["M"], a["N"], target),
                 schedule=functools.partial(_schedule_of, log=log),
                 default_config=functools.partial(_default_of, log=log),
                 reference=ref,

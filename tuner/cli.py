@@ -185,9 +185,9 @@ def cmd_build(ns: argparse.Namespace) -> int:
         f = build_op(ns.op, target=ns.target, records=BestRecords(ns.log), **args)
     for w in caught:
         console.print(f"[yellow]warning:[/] {w.message}")
-    sched, tensors = template.schedule(f.config, args)
+    sched, tensors = template.schedule(f.config, args, f.kernel.target)
     console.print(str(lower(sched, tensors)), highlight=False, markup=False)
-    inputs = template.make_inputs(args)
+    inputs = template.make_inputs(args, target=f.kernel.target)
     expected = template.reference(*inputs, **args)
     out = f(*inputs)
     if not np.allclose(out, expected, rtol=1e-3, atol=1e-3):

@@ -94,7 +94,7 @@ def build_op(
     tgt = Target.from_name(target) if isinstance(target, str) else target
     chosen = records or _ACTIVE.get()
     record = chosen.lookup(workload, tgt) if chosen is not None else None
-    space = template.space(parsed)
+    space = template.space(parsed, tgt)
     config: dict[str, Any] | None = None
     if record is not None:
         try:
@@ -113,6 +113,6 @@ def build_op(
                 UntunedWorkloadWarning,
                 stacklevel=2,
             )
-        config = space.validate(template.default_config(parsed)).to_json()
-    sched, tensors = template.schedule(config, parsed)
+        config = space.validate(template.default_config(parsed, tgt)).to_json()
+    sched, tensors = template.schedule(config, parsed, tgt)
     return OpKernel(workload, build(sched, tensors, target=tgt), config, record)

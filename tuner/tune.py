@@ -101,7 +101,7 @@ def tune(
     args = op.parse_args(raw_args)
     workload = Workload.make(op_name, **args)
     target = Target.from_name(opts.target, num_threads=opts.threads)
-    space = op.space(args)
+    space = op.space(args, target)
     if replay is not None:
         space = space.restricted(replay.keys, "measured in the replayed log")
     # One study per workload and target in a storage, whichever strategy runs it.
@@ -110,7 +110,7 @@ def tune(
         if opts.storage
         else {}
     )
-    featurize = _featurizer(op, args, space)
+    featurize = _featurizer(op, args, space, target)
     if opts.transfer_from:
         extra["transfer"] = transfer_data(opts.transfer_from, workload, target, space, featurize)
     strategy = get_strategy(
@@ -137,10 +137,10 @@ def tune(
     written: list[Record] = []
     stopped = "trial budget reached"
     try:  # the template's default is always measured first
-        defaults = [space.validate(op.default_config(args))]
+        defaults = [space.validate(op.default_config(args, target))]
     except ConfigError:  # not in a replayed set
         defaults = []
-    runner = replay or Measurer(opts.measure, threads=int(target.cap("threads")))
+    runner = replay or Measurer(opts.measure, threads=target.threads)
     with runner as measurer, LogWriter(opts.log) as log:
         while done < opts.trials:
             if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
@@ -262,7 +262,9 @@ def _retime(
     return out
 
 
-def _featurizer(op: Any, args: dict[str, Any], space: Any) -> Callable[[Config], Any]:
+def _featurizer(
+    op: Any, args: dict[str, Any], space: Any, target: Target
+) -> Callable[[Config], Any]:
     """Knob encoding plus the features of the lowered loop nest (what carries across workloads)."""
     import numpy as np
 
@@ -271,7 +273,7 @@ def _featurizer(op: Any, args: dict[str, Any], space: Any) -> Callable[[Config],
     from .lower.lower import lower
 
     def features(cfg: Config) -> Any:
-        sched, tensors = op.schedule(cfg, args)
+        sched, tensors = op.schedule(cfg, args, target)
         return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors))])
 
     return features
@@ -315,14 +317,14 @@ def transfer_data(
         try:
             other = get_operator(w.op)
             other_args = other.parse_args(w.as_dict())
-            other_space = other.space(other_args)
+            spaces = {t: other.space(other_args, t) for t in {r.target for r in records}}
         except (OperatorError, ConfigError):
             continue
         records = sorted(records, key=_median)[:TRANSFER_PER_WORKLOAD]
         for r in records:
-            try:
-                cfg = other_space.validate(r.config)
-                sched, tensors = other.schedule(cfg, other_args)
+            try:  # each config on the target it was measured on
+                cfg = spaces[r.target].validate(r.config)
+                sched, tensors = other.schedule(cfg, other_args, r.target)
                 nest = loop_features(lower(sched, tensors))
             except Exception:  # an older space or a template that changed: skip it
                 continue

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, batch_matmul, get_operator
 
+from .targets import AVX2, AVX512
+
 
 def check(cfg, bt: int, m: int, n: int, k: int, trans_b: bool = False) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
@@ -21,8 +23,8 @@ def check(cfg, bt: int, m: int, n: int, k: int, trans_b: bool = False) -> None: 
 
 
 def default(bt: int, m: int, n: int, k: int, trans_b: bool = False):  # type: ignore[no-untyped-def]
-    space = batch_matmul.config_space(bt, m, n, k, trans_b=trans_b)
-    return space.validate(batch_matmul.default_config(bt, m, n, k))
+    space = batch_matmul.config_space(bt, m, n, k, trans_b=trans_b, target=AVX2)
+    return space.validate(batch_matmul.default_config(bt, m, n, k, target=AVX2))
 
 
 @pytest.mark.parametrize("trans_b", [False, True])
@@ -32,7 +34,7 @@ def test_default_config_is_correct_on_awkward_shapes(trans_b: bool) -> None:
 
 def test_unpacked_b() -> None:
     cfg = {**default(2, 9, 33, 70), "pack_b": False}
-    check(batch_matmul.config_space(2, 9, 33, 70).validate(cfg), 2, 9, 33, 70)
+    check(batch_matmul.config_space(2, 9, 33, 70, target=AVX2).validate(cfg), 2, 9, 33, 70)
 
 
 def test_batches_and_column_blocks_share_one_parallel_loop() -> None:
@@ -41,7 +43,7 @@ def test_batches_and_column_blocks_share_one_parallel_loop() -> None:
     text = str(tuner.lower(s, tensors))
     assert "in range(12):  # parallel" in text
     assert text.count("# parallel") == 1
-    cfg = batch_matmul.default_config(12, 128, 128, 64)
+    cfg = batch_matmul.default_config(12, 128, 128, 64, target=AVX2)
     assert cfg["kc"] == 64, "all of K in one block: no tile on the edge path for K"
 
 
@@ -57,7 +59,7 @@ def test_random_legal_configs_lower() -> None:
     """Cheap (no compile): the constraints admit only schedules that lower."""
     rng = np.random.default_rng(0)
     for bt, m, n, k, tb in [(1, 1, 1, 1, False), (3, 7, 40, 33, True), (2, 64, 13, 100, False)]:
-        space = batch_matmul.config_space(bt, m, n, k, trans_b=tb)
+        space = batch_matmul.config_space(bt, m, n, k, trans_b=tb, target=AVX2)
         for cfg in space.sample_many(rng, 15):
             s, tensors = batch_matmul.schedule(cfg, bt, m, n, k, "float32", tb)
             tuner.lower(s, tensors)
@@ -75,14 +77,14 @@ def test_random_legal_configs_lower() -> None:
 def test_random_configs_match_numpy_on_awkward_shapes(
     bt: int, m: int, n: int, k: int, trans_b: bool, seed: int
 ) -> None:
-    space = batch_matmul.config_space(bt, m, n, k, trans_b=trans_b)
+    space = batch_matmul.config_space(bt, m, n, k, trans_b=trans_b, target=AVX2)
     check(space.sample(np.random.default_rng(seed)), bt, m, n, k, trans_b)
 
 
 def test_space_rejects_an_unpacked_transposed_b() -> None:
-    space = batch_matmul.config_space(2, 64, 64, 64, trans_b=True)
+    space = batch_matmul.config_space(2, 64, 64, 64, trans_b=True, target=AVX2)
     with pytest.raises(ValueError, match="transposed B is packed"):
-        space.validate({**batch_matmul.default_config(2, 64, 64, 64), "pack_b": False})
+        space.validate({**batch_matmul.default_config(2, 64, 64, 64, target=AVX2), "pack_b": False})
 
 
 def test_registered_operator() -> None:
@@ -94,3 +96,11 @@ def test_registered_operator() -> None:
     assert op.flops(args) == 2 * 2 * 3 * 4 * 5
     with pytest.raises(OperatorError, match="B must be a positive integer"):
         op.parse_args({"B": -1, "M": 3, "N": 4, "K": 5})
+
+
+def test_a_tile_only_avx512_registers_hold_builds_and_matches_numpy() -> None:
+    bt, m, n, k = 3, 13, 37, 11
+    base = batch_matmul.default_config(bt, m, n, k, target=AVX512)
+    cfg = {**base, "mr": 10, "nr": 32}  # 20 accumulators of 16 lanes
+    assert not batch_matmul.config_space(bt, m, n, k, target=AVX2).is_valid(cfg)
+    check(batch_matmul.config_space(bt, m, n, k, target=AVX512).validate(cfg), bt, m, n, k)

@@ -12,6 +12,8 @@ from search_spaces import OperatorError, get_operator
 from search_spaces import conv2d as cv
 from search_spaces.conv2d import Conv2d
 
+from .targets import AVX2, AVX512
+
 
 def naive(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     """The definition, one output element at a time (float64), independent of the module."""
@@ -40,7 +42,7 @@ def inputs(p: Conv2d, seed: int = 1) -> list[np.ndarray]:
 
 def check(cfg, p: Conv2d) -> None:  # type: ignore[no-untyped-def]
     arrays = inputs(p)
-    s, tensors = cv.schedule(cfg, p)
+    s, tensors = cv.schedule(cfg, p, target=AVX2)
     out = np.full(tensors[-1].shape_ints, 12345, np.float32)
     tuner.build(s, tensors)(*arrays, out)
     np.testing.assert_allclose(out, cv.reference(p, *arrays), rtol=1e-4, atol=1e-4)
@@ -66,7 +68,7 @@ def test_reference_matches_the_definition(p: Conv2d) -> None:
 
 @pytest.mark.parametrize("p", AWKWARD[:2], ids=str)
 def test_default_config_is_in_the_space_and_correct(p: Conv2d) -> None:
-    check(cv.config_space(p).validate(cv.default_config(p)), p)
+    check(cv.config_space(p, target=AVX2).validate(cv.default_config(p, target=AVX2)), p)
 
 
 @pytest.mark.parametrize(
@@ -80,16 +82,16 @@ def test_default_config_is_in_the_space_and_correct(p: Conv2d) -> None:
     ids=str,
 )
 def test_default_config_is_valid_for_any_shape(p: Conv2d) -> None:
-    cv.config_space(p).validate(cv.default_config(p))
+    cv.config_space(p, target=AVX2).validate(cv.default_config(p, target=AVX2))
 
 
 def test_sampled_legal_configs_lower() -> None:
     """Cheap (no compile): the constraints admit only schedules that lower."""
     for p in AWKWARD[:3]:
-        space = cv.config_space(p)
+        space = cv.config_space(p, target=AVX2)
         rng = np.random.default_rng(0)
         for _ in range(25):
-            s, tensors = cv.schedule(space.sample(rng), p)
+            s, tensors = cv.schedule(space.sample(rng), p, target=AVX2)
             tuner.lower(s, tensors)
 
 
@@ -122,14 +124,14 @@ def workloads(draw: st.DrawFn) -> Conv2d:
 @given(workloads(), st.integers(0, 2**32 - 1))
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_configs_match_numpy_on_awkward_shapes(p: Conv2d, seed: int) -> None:
-    check(cv.config_space(p).sample(np.random.default_rng(seed)), p)
+    check(cv.config_space(p, target=AVX2).sample(np.random.default_rng(seed)), p)
 
 
 @pytest.mark.slow
 @given(workloads(), st.integers(0, 2**32 - 1))
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_many_random_configs_match_numpy(p: Conv2d, seed: int) -> None:
-    check(cv.config_space(p).sample(np.random.default_rng(seed + 1)), p)
+    check(cv.config_space(p, target=AVX2).sample(np.random.default_rng(seed + 1)), p)
 
 
 def test_registered_operator_end_to_end() -> None:
@@ -138,7 +140,7 @@ def test_registered_operator_end_to_end() -> None:
     args = op.parse_args({**raw, "bias": "true"})
     arrays = op.make_inputs(args)
     assert [a.shape for a in arrays] == [(1, 6, 5, 5), (3, 2, 1, 1), (3,)]
-    s, tensors = op.schedule(op.default_config(args), args)
+    s, tensors = op.schedule(op.default_config(args, AVX2), args, AVX2)
     out = np.zeros(tensors[-1].shape_ints, np.float32)
     tuner.build(s, tensors)(*arrays, out)
     np.testing.assert_allclose(out, op.reference(*arrays, **args), rtol=1e-4, atol=1e-4)
@@ -166,20 +168,22 @@ def test_arguments_are_validated_in_one_sentence(raw: dict[str, str], message: s
 
 def test_space_rejects_bad_configs() -> None:
     p = Conv2d(1, 64, 56, 56, 64, 3, 3, pad=1)
-    space, default = cv.config_space(p), cv.default_config(p)
+    space, default = cv.config_space(p, target=AVX2), cv.default_config(p, target=AVX2)
     with pytest.raises(ValueError, match="registers"):
         space.validate({**default, "kr": 32, "owr": 6})
     with pytest.raises(ValueError, match="SIMD axis"):
         space.validate({**default, "kr": 12, "owr": 1})
     with pytest.raises(ValueError, match="no larger than the output"):
-        cv.config_space(Conv2d(1, 4, 5, 5, 3, 3, 3, pad=1)).validate(
+        cv.config_space(Conv2d(1, 4, 5, 5, 3, 3, 3, pad=1), target=AVX2).validate(
             {**default, "kr": 16, "owr": 1}
         )
     nhwc = Conv2d(1, 8, 8, 8, 8, 3, 3, layout="NHWC")
     with pytest.raises(ValueError, match="vector"):
-        cv.config_space(nhwc).validate({**cv.default_config(nhwc), "vector": "ow"})
+        cv.config_space(nhwc, target=AVX2).validate(
+            {**cv.default_config(nhwc, target=AVX2), "vector": "ow"}
+        )
     with pytest.raises(ValueError, match="pad_at"):
-        cv.config_space(Conv2d(1, 8, 8, 8, 8, 1, 1)).validate(default)
+        cv.config_space(Conv2d(1, 8, 8, 8, 8, 1, 1), target=AVX2).validate(default)
 
 
 def test_cost_model_figures() -> None:
@@ -188,3 +192,17 @@ def test_cost_model_figures() -> None:
     assert cv.flops(p) == 2.0 * 64 * 56 * 56 * 64 * 9
     assert cv.bytes_moved(p) == 4.0 * (64 * 56 * 56 * 2 + 64 * 64 * 9)
     assert Conv2d(1, 128, 56, 56, 128, 3, 3, stride=2, pad=1).OH == 28
+
+
+@pytest.mark.parametrize("vector", ["k", "ow"])
+def test_a_tile_only_avx512_registers_hold_builds_and_matches_numpy(vector: str) -> None:
+    """Two 16-lane vectors by 12 (24 accumulators): 37 channels, 13 or 31 columns."""
+    p = Conv2d(1, 5, 7, 13 if vector == "k" else 31, 37, 3, 3, pad=1, bias=True, activation="relu")
+    tile = {"kr": 32, "owr": 12} if vector == "k" else {"kr": 12, "owr": 32}
+    cfg = {**cv.default_config(p, AVX512), "vector": vector, "ohr": 1, **tile}
+    assert not cv.config_space(p, AVX2).is_valid(cfg)
+    arrays = inputs(p)
+    s, tensors = cv.schedule(cv.config_space(p, AVX512).validate(cfg), p, AVX512)
+    out = np.full(tensors[-1].shape_ints, 12345, np.float32)
+    tuner.build(s, tensors)(*arrays, out)
+    np.testing.assert_allclose(out, cv.reference(p, *arrays), rtol=1e-4, atol=1e-4)

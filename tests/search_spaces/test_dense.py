@@ -10,6 +10,8 @@ from search_spaces import OperatorError, dense, get_operator
 from search_spaces.matmul import default_k_unroll
 from tuner.lower.ir import Alloc, For, If, Seq, Stmt, Store
 
+from .targets import AVX2, AVX512
+
 
 def check(cfg, m: int, k: int, n: int, bias: bool, activation: str) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
@@ -25,8 +27,8 @@ def check(cfg, m: int, k: int, n: int, bias: bool, activation: str) -> None:  # 
 
 
 def default(m: int, k: int, n: int, bias: bool, activation: str):  # type: ignore[no-untyped-def]
-    space = dense.config_space(m, k, n, bias, activation)
-    return space.validate(dense.default_config(m, k, n, bias, activation))
+    space = dense.config_space(m, k, n, bias, activation, target=AVX2)
+    return space.validate(dense.default_config(m, k, n, bias, activation, target=AVX2))
 
 
 @pytest.mark.parametrize(
@@ -45,15 +47,23 @@ def test_without_epilogue_it_is_the_plain_product() -> None:
 
 
 def test_epilogue_on_the_cached_block() -> None:
-    cfg = dense.config_space(13, 33, 45, True, "relu").validate(
-        {**dense.default_config(13, 33, 45, True, "relu"), "epilogue_at": "block", "kc": 32}
+    cfg = dense.config_space(13, 33, 45, True, "relu", target=AVX2).validate(
+        {
+            **dense.default_config(13, 33, 45, True, "relu", target=AVX2),
+            "epilogue_at": "block",
+            "kc": 32,
+        }
     )
     check(cfg, 13, 33, 45, True, "relu")
 
 
 def _along_batch(m: int, k: int, n: int, bias: bool, activation: str, **knobs: object):  # type: ignore[no-untyped-def]
-    space = dense.config_space(m, k, n, bias, activation)
-    base = {**dense.default_config(m, k, n, bias, activation), "nc_tiles": 1, "vectors": "batch"}
+    space = dense.config_space(m, k, n, bias, activation, target=AVX2)
+    base = {
+        **dense.default_config(m, k, n, bias, activation, target=AVX2),
+        "nc_tiles": 1,
+        "vectors": "batch",
+    }
     if base["epilogue_at"] == "block":
         base["epilogue_at"] = "panel"
     cfg = {**base, **knobs}
@@ -93,7 +103,7 @@ def test_vectors_along_the_batch_pack_x_not_w() -> None:
 
 
 def test_knobs_unused_along_the_batch_take_one_value() -> None:
-    space = dense.config_space(128, 768, 3072, True, "relu")
+    space = dense.config_space(128, 768, 3072, True, "relu", target=AVX2)
     with pytest.raises(tuner.space.ConfigError, match="unused"):
         space.validate({**_along_batch(128, 768, 3072, True, "relu"), "nc_tiles": 2})
 
@@ -150,12 +160,12 @@ def test_default_config_is_valid_for_any_shape(
 
 def test_default_runs_vectors_along_a_large_batch() -> None:
     """At the suite's shape: vectors along the batch, no edge tiles; a small batch keeps features."""
-    cfg = dense.default_config(128, 768, 3072, True, "relu")
+    cfg = dense.default_config(128, 768, 3072, True, "relu", target=AVX2)
     assert cfg["vectors"] == "batch" and cfg["epilogue_at"] == "panel"
     assert 128 % cfg["nr"] == 0 and 3072 % (cfg["mr"] * cfg["mc_tiles"]) == 0
-    small = dense.default_config(8, 768, 3072, True, "relu")
+    small = dense.default_config(8, 768, 3072, True, "relu", target=AVX2)
     assert small["vectors"] == "features"
-    asked = dense.default_config(128, 768, 3072, True, "relu", vectors="features")
+    asked = dense.default_config(128, 768, 3072, True, "relu", vectors="features", target=AVX2)
     assert asked["vectors"] == "features" and asked["mr"] * asked["mc_tiles"] >= 128
     assert small["mr"] * small["mc_tiles"] >= 8, "one row block holds the whole batch"
 
@@ -168,7 +178,7 @@ def test_random_legal_configs_lower() -> None:
         (7, 33, 45, False, "tanh"),
         (9, 300, 64, False, "none"),
     ]:
-        space = dense.config_space(m, k, n, bias, act)
+        space = dense.config_space(m, k, n, bias, act, target=AVX2)
         for cfg in space.sample_many(rng, 15):
             s, tensors = dense.schedule(cfg, m, k, n, bias, act)
             tuner.lower(s, tensors)
@@ -182,7 +192,7 @@ def test_random_legal_configs_lower() -> None:
 )
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_configs_match_numpy_on_awkward_shapes(m: int, k: int, n: int, seed: int) -> None:
-    space = dense.config_space(m, k, n, True, "relu")
+    space = dense.config_space(m, k, n, True, "relu", target=AVX2)
     check(space.sample(np.random.default_rng(seed)), m, k, n, True, "relu")
 
 
@@ -210,3 +220,21 @@ def test_reference_gelu_is_the_erf_form() -> None:
     eye = np.eye(5, dtype=np.float32)
     expected = [-0.00404969, -0.15865525, 0.0, 0.34573123, 1.95449974]
     np.testing.assert_allclose(dense.reference(x, eye, None, "gelu")[0], expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("vectors", ["features", "batch"])
+def test_a_tile_only_avx512_registers_hold_builds_and_matches_numpy(vectors: str) -> None:
+    """6 x 48 along the 37 features (18 registers of 16 lanes), 10 x 32 along the 17 rows (20)."""
+    m, k, n = 17, 13, 37
+    tile = {"mr": 6, "nr": 48} if vectors == "features" else {"mr": 10, "nr": 32}
+    base = dense.default_config(m, k, n, True, "relu", vectors, target=AVX512)
+    cfg = {**base, **tile}
+    assert not dense.config_space(m, k, n, True, "relu", target=AVX2).is_valid(cfg)
+    check(
+        dense.config_space(m, k, n, True, "relu", target=AVX512).validate(cfg),
+        m,
+        k,
+        n,
+        True,
+        "relu",
+    )

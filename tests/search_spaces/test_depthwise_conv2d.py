@@ -10,6 +10,8 @@ from search_spaces import OperatorError, get_operator
 from search_spaces import conv2d as cv
 from search_spaces.conv2d import Conv2d
 
+from .targets import AVX2
+
 
 def depthwise(n: int, c: int, h: int, w: int, r: int, s: int, **kw: int) -> Conv2d:
     return Conv2d(n, c, h, w, c, r, s, groups=c, **kw)
@@ -45,12 +47,17 @@ def test_numpy_formulations_agree(p: Conv2d) -> None:
 
 def test_default_config_is_in_the_space_and_correct() -> None:
     p = AWKWARD[0]
-    check(cv.depthwise_config_space(p).validate(cv.depthwise_default_config(p)), p)
+    check(
+        cv.depthwise_config_space(p, target=AVX2).validate(
+            cv.depthwise_default_config(p, target=AVX2)
+        ),
+        p,
+    )
 
 
 def test_register_tile_with_each_padding() -> None:
     p = AWKWARD[1]
-    space = cv.depthwise_config_space(p)
+    space = cv.depthwise_config_space(p, target=AVX2)
     base = {"owr": 8, "ohr": 3, "registers": True, "unroll_window": True, "parallel": False}
     for pad_at in ("channel", "inline"):
         check(space.validate({**base, "pad_at": pad_at}), p)
@@ -60,13 +67,13 @@ def test_register_tile_with_each_padding() -> None:
     "p", [*AWKWARD, depthwise(1, 128, 56, 56, 3, 3, pad=1), depthwise(1, 4, 300, 300, 5, 5)]
 )
 def test_default_config_is_valid_for_any_shape(p: Conv2d) -> None:
-    cv.depthwise_config_space(p).validate(cv.depthwise_default_config(p))
+    cv.depthwise_config_space(p, target=AVX2).validate(cv.depthwise_default_config(p, target=AVX2))
 
 
 def test_legal_configs_lower() -> None:
     """Cheap (no compile): every legal config with these tiles lowers (all other knobs)."""
     for p in AWKWARD[:2]:
-        space = cv.depthwise_config_space(p)
+        space = cv.depthwise_config_space(p, target=AVX2)
         for cfg in space.enumerate():
             if cfg["owr"] in (8, 16, 64) and cfg["ohr"] in (1, 3):
                 s, tensors = cv.depthwise_schedule(cfg, p)
@@ -79,7 +86,7 @@ def test_legal_configs_lower() -> None:
 )
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_configs_match_numpy_on_awkward_shapes(p: Conv2d, seed: int) -> None:
-    check(cv.depthwise_config_space(p).sample(np.random.default_rng(seed)), p)
+    check(cv.depthwise_config_space(p, target=AVX2).sample(np.random.default_rng(seed)), p)
 
 
 def test_registered_operator_validates_and_matches_numpy() -> None:
@@ -91,7 +98,7 @@ def test_registered_operator_validates_and_matches_numpy() -> None:
     args = op.parse_args({"C": "3", "H": "6", "W": "9", "pad": "1", "stride": "2"})
     x, w = op.make_inputs(args)
     assert w.shape == (3, 1, 3, 3)
-    s, tensors = op.schedule(op.default_config(args), args)
+    s, tensors = op.schedule(op.default_config(args, AVX2), args, AVX2)
     out = np.zeros(tensors[-1].shape_ints, np.float32)
     tuner.build(s, tensors)(x, w, out)
     np.testing.assert_allclose(out, op.reference(x, w, **args), rtol=1e-5, atol=1e-5)

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, elementwise, get_operator
 
+from .targets import AVX2
+
 
 def inputs(n: int, seed: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -25,7 +27,9 @@ def check(cfg, n: int) -> None:  # type: ignore[no-untyped-def]
 
 def test_default_config_is_fused_vectorized_and_correct() -> None:
     n = 3 * 4096 + 7  # tasks and vectors that do not divide n
-    cfg = elementwise.config_space(n).validate(elementwise.default_config(n))
+    cfg = elementwise.config_space(n, target=AVX2).validate(
+        elementwise.default_config(n, target=AVX2)
+    )
     check(cfg, n)
     s, tensors = elementwise.schedule(cfg, n)
     source = tuner.build(s, tensors).source
@@ -33,18 +37,18 @@ def test_default_config_is_fused_vectorized_and_correct() -> None:
 
 
 def test_unfused_passes_match_too() -> None:
-    space = elementwise.config_space(1000)
-    check(space.validate({**elementwise.default_config(1000), "fuse": False}), 1000)
+    space = elementwise.config_space(1000, target=AVX2)
+    check(space.validate({**elementwise.default_config(1000, target=AVX2), "fuse": False}), 1000)
 
 
 @pytest.mark.parametrize("n", [1, 13, 1 << 24])
 def test_default_config_is_valid_for_any_size(n: int) -> None:
-    elementwise.config_space(n).validate(elementwise.default_config(n))
+    elementwise.config_space(n, target=AVX2).validate(elementwise.default_config(n, target=AVX2))
 
 
 def test_every_legal_config_lowers() -> None:
     for n in (1, 97, 5000):
-        space = elementwise.config_space(n)
+        space = elementwise.config_space(n, target=AVX2)
         for cfg in space.enumerate():
             tuner.lower(*elementwise.schedule(cfg, n))
 
@@ -52,7 +56,7 @@ def test_every_legal_config_lowers() -> None:
 @given(st.sampled_from([1, 31, 4099]), st.integers(0, 2**32 - 1))
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_configs_match_numpy(n: int, seed: int) -> None:
-    check(elementwise.config_space(n).sample(np.random.default_rng(seed)), n)
+    check(elementwise.config_space(n, target=AVX2).sample(np.random.default_rng(seed)), n)
 
 
 def test_numpy_best_is_the_reference_in_float32() -> None:
@@ -64,7 +68,9 @@ def test_numpy_best_is_the_reference_in_float32() -> None:
 
 def test_space_rejects_bad_configs() -> None:
     with pytest.raises(ValueError, match="no more than n elements"):
-        elementwise.config_space(5000).validate({**elementwise.default_config(5000), "task": 16384})
+        elementwise.config_space(5000, target=AVX2).validate(
+            {**elementwise.default_config(5000, target=AVX2), "task": 16384}
+        )
 
 
 def test_registered_operator() -> None:

@@ -9,6 +9,8 @@ import tuner
 from search_spaces import OperatorError, get_operator
 from search_spaces import layout as lay
 
+from .targets import AVX2
+
 
 def run_transpose(cfg, m: int, n: int) -> None:  # type: ignore[no-untyped-def]
     x = np.random.default_rng(1).standard_normal((m, n)).astype(np.float32)
@@ -28,26 +30,34 @@ def run_pad(cfg, *shape: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_default_configs_are_in_their_spaces_and_correct() -> None:
-    run_transpose(lay.transpose_space(37, 45).validate(lay.default_transpose(37, 45)), 37, 45)
+    run_transpose(
+        lay.transpose_space(37, 45, target=AVX2).validate(
+            lay.default_transpose(37, 45, target=AVX2)
+        ),
+        37,
+        45,
+    )
     shape = (2, 5, 3, 7)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    cfg = lay.transpose_space(5, 7).validate(lay.default_nchw_to_nhwc(*shape))
+    cfg = lay.transpose_space(5, 7, target=AVX2).validate(
+        lay.default_nchw_to_nhwc(*shape, target=AVX2)
+    )
     s, tensors = lay.schedule_nchw_to_nhwc(cfg, *shape)
     out = np.zeros((2, 3, 7, 5), np.float32)
     tuner.build(s, tensors)(x, out)
     np.testing.assert_array_equal(out, x.transpose(0, 2, 3, 1))
     pad = (1, 3, 5, 7, 2, 1)
-    run_pad(lay.pad_space(*pad).validate(lay.default_pad(*pad)), *pad)
+    run_pad(lay.pad_space(*pad, target=AVX2).validate(lay.default_pad(*pad)), *pad)
 
 
 def test_every_legal_config_lowers() -> None:
     """Cheap (no compile): the constraints admit only schedules that lower."""
     for m, n in [(1, 1), (9, 70)]:
-        space = lay.transpose_space(m, n)
+        space = lay.transpose_space(m, n, target=AVX2)
         for cfg in space.enumerate():
             tuner.lower(*lay.schedule_transpose(cfg, m, n))
     for pad in [(1, 1, 1, 1, 0, 0), (2, 3, 4, 70, 1, 3)]:
-        space = lay.pad_space(*pad)
+        space = lay.pad_space(*pad, target=AVX2)
         for cfg in space.enumerate():
             tuner.lower(*lay.schedule_pad(cfg, *pad))
 
@@ -59,7 +69,7 @@ def test_every_legal_config_lowers() -> None:
 )
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_transpose_configs_match_numpy(m: int, n: int, seed: int) -> None:
-    run_transpose(lay.transpose_space(m, n).sample(np.random.default_rng(seed)), m, n)
+    run_transpose(lay.transpose_space(m, n, target=AVX2).sample(np.random.default_rng(seed)), m, n)
 
 
 @given(
@@ -70,17 +80,19 @@ def test_random_transpose_configs_match_numpy(m: int, n: int, seed: int) -> None
 )
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_pad_configs_match_numpy(shape: tuple[int, ...], seed: int) -> None:
-    run_pad(lay.pad_space(*shape).sample(np.random.default_rng(seed)), *shape)
+    run_pad(lay.pad_space(*shape, target=AVX2).sample(np.random.default_rng(seed)), *shape)
 
 
 def test_space_rejects_bad_configs() -> None:
-    base = lay.default_transpose(64, 64)
+    base = lay.default_transpose(64, 64, target=AVX2)
     with pytest.raises(ValueError, match="tiles no larger"):
-        lay.transpose_space(4, 64).validate({**base, "tile_i": 16})
+        lay.transpose_space(4, 64, target=AVX2).validate({**base, "tile_i": 16})
     with pytest.raises(ValueError, match="packed tile"):
-        lay.transpose_space(512, 512).validate({**base, "pack": True, "tile_i": 128, "tile_j": 64})
+        lay.transpose_space(512, 512, target=AVX2).validate(
+            {**base, "pack": True, "tile_i": 128, "tile_j": 64}
+        )
     with pytest.raises(ValueError, match="row split"):
-        lay.pad_space(1, 1, 2, 2, 1, 1).validate(
+        lay.pad_space(1, 1, 2, 2, 1, 1, target=AVX2).validate(
             {**lay.default_pad(1, 1, 2, 2, 1, 1), "w_split": 16}
         )
 

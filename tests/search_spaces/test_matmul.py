@@ -10,6 +10,8 @@ from search_spaces import OperatorError, get_operator, matmul
 from tuner.lower.ir import Alloc, For, If, Seq, Stmt
 from tuner.te.expr import Const
 
+from .targets import AVX2, AVX512
+
 
 def check(  # type: ignore[no-untyped-def]
     cfg,
@@ -38,14 +40,18 @@ def check(  # type: ignore[no-untyped-def]
 
 
 def test_default_config_is_in_the_space_and_correct() -> None:
-    cfg = matmul.config_space(67, 45, 33).validate(matmul.default_config(67, 45, 33))
+    cfg = matmul.config_space(67, 45, 33, target=AVX2).validate(
+        matmul.default_config(67, 45, 33, target=AVX2)
+    )
     check(cfg, 67, 45, 33)
 
 
 def test_int8_accumulates_exactly_in_int32_on_awkward_shapes() -> None:
     """127 * 127 * 600 overflows int16 and loses bits in float32: only int32 sums are exact."""
     m, n, k = 17, 31, 600
-    cfg = matmul.config_space(m, n, k).validate(matmul.default_config(m, n, k))
+    cfg = matmul.config_space(m, n, k, target=AVX2).validate(
+        matmul.default_config(m, n, k, target=AVX2)
+    )
     s, tensors = matmul.schedule(cfg, m, n, k, "int8")
     assert tensors[-1].dtype == "int32"
     a = np.full((m, k), 127, np.int8)
@@ -59,17 +65,24 @@ def test_int8_accumulates_exactly_in_int32_on_awkward_shapes() -> None:
 
 def test_both_operands_transposed() -> None:
     m, n, k = 13, 29, 70
-    space = matmul.config_space(m, n, k, trans_a=True, trans_b=True)
+    space = matmul.config_space(m, n, k, trans_a=True, trans_b=True, target=AVX2)
     check(
-        space.validate(matmul.default_config(m, n, k, trans_a=True)), m, n, k, "float32", True, True
+        space.validate(matmul.default_config(m, n, k, trans_a=True, target=AVX2)),
+        m,
+        n,
+        k,
+        "float32",
+        True,
+        True,
     )
 
 
 def test_float64_gets_a_tile_of_twelve_4_lane_registers() -> None:
     m, n, k = 19, 23, 37
-    cfg = matmul.default_config(m, n, k, dtype="float64")
+    cfg = matmul.default_config(m, n, k, dtype="float64", target=AVX2)
     assert cfg["mr"] * cfg["nr"] <= 12 * 4
-    space = matmul.config_space(m, n, k, matmul.accumulator_lanes("float64"), trans_b=True)
+    assert matmul.accumulator_lanes("float64", AVX2) == 4
+    space = matmul.config_space(m, n, k, "float64", trans_b=True, target=AVX2)
     check(space.validate(cfg), m, n, k, "float64", trans_b=True)
 
 
@@ -80,8 +93,8 @@ def test_float64_gets_a_tile_of_twelve_4_lane_registers() -> None:
 def test_default_config_is_valid_for_any_shape(
     m: int, n: int, k: int, trans_a: bool, trans_b: bool
 ) -> None:
-    space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b)
-    cfg = space.validate(matmul.default_config(m, n, k, trans_a))
+    space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b, target=AVX2)
+    cfg = space.validate(matmul.default_config(m, n, k, trans_a, target=AVX2))
     # K in as few blocks of at most 512 as there can be, cut evenly: no KC beyond K
     # (a longer reduction loop than there is K) and no short last block.
     assert cfg["kc"] <= k and -(-k // cfg["kc"]) == -(-k // 512)
@@ -102,11 +115,13 @@ def _loops(s: Stmt) -> list[For]:
 
 def test_default_1024_is_the_register_blocked_nest() -> None:
     """Cheap (no compile): 4 parallel column blocks (2 per core), 12-accumulator tiles."""
-    s, tensors = matmul.schedule(matmul.default_config(1024, 1024, 1024), 1024, 1024, 1024)
+    s, tensors = matmul.schedule(
+        matmul.default_config(1024, 1024, 1024, target=AVX2), 1024, 1024, 1024
+    )
     loops = _loops(tuner.lower(s, tensors).body)
     parallel = [f for f in loops if f.kind == "parallel"]
     assert len(parallel) == 1 and parallel[0].extent.value == 4  # type: ignore[attr-defined]
-    cfg = matmul.default_config(1024, 1024, 1024)
+    cfg = matmul.default_config(1024, 1024, 1024, target=AVX2)
     assert cfg["mr"] * cfg["nr"] == 12 * 8 and cfg["kc"] == 512
 
 
@@ -118,7 +133,7 @@ def test_random_legal_configs_lower() -> None:
         (7, 40, 33, True, True),
         (64, 13, 300, False, True),
     ]:
-        space = matmul.config_space(m, n, k, trans_a=ta, trans_b=tb)
+        space = matmul.config_space(m, n, k, trans_a=ta, trans_b=tb, target=AVX2)
         for cfg in space.sample_many(rng, 25):
             s, tensors = matmul.schedule(cfg, m, n, k, "float32", ta, tb)
             tuner.lower(s, tensors)
@@ -136,24 +151,24 @@ def test_random_legal_configs_lower() -> None:
 def test_random_configs_match_numpy_on_awkward_shapes(
     m: int, n: int, k: int, trans_a: bool, trans_b: bool, seed: int
 ) -> None:
-    space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b)
+    space = matmul.config_space(m, n, k, trans_a=trans_a, trans_b=trans_b, target=AVX2)
     check(space.sample(np.random.default_rng(seed)), m, n, k, "float32", trans_a, trans_b)
 
 
 def test_space_rejects_bad_configs() -> None:
-    space = matmul.config_space(64, 64, 64)
+    space = matmul.config_space(64, 64, 64, target=AVX2)
     with pytest.raises(ValueError, match="mr"):
-        space.validate({**matmul.default_config(64, 64, 64), "mr": "__import__('os')"})
+        space.validate({**matmul.default_config(64, 64, 64, target=AVX2), "mr": "__import__('os')"})
     with pytest.raises(ValueError, match="registers"):
-        space.validate({**matmul.default_config(64, 64, 64), "mr": 8, "nr": 32})
-    transposed = matmul.config_space(64, 64, 64, trans_b=True)
+        space.validate({**matmul.default_config(64, 64, 64, target=AVX2), "mr": 8, "nr": 32})
+    transposed = matmul.config_space(64, 64, 64, trans_b=True, target=AVX2)
     with pytest.raises(ValueError, match="transposed B is packed"):
-        transposed.validate({**matmul.default_config(64, 64, 64), "pack_b": False})
+        transposed.validate({**matmul.default_config(64, 64, 64, target=AVX2), "pack_b": False})
 
 
 def test_packing_a_is_a_knob_and_configs_of_older_logs_read_as_unpacked() -> None:
-    space = matmul.config_space(32, 40, 24)
-    old = {k: v for k, v in matmul.default_config(32, 40, 24).items() if k != "pack_a"}
+    space = matmul.config_space(32, 40, 24, target=AVX2)
+    old = {k: v for k, v in matmul.default_config(32, 40, 24, target=AVX2).items() if k != "pack_a"}
     assert space.validate(old)["pack_a"] is False, "logs from before the knob read A in place"
     s, tensors = matmul.schedule(space.validate(old), 32, 40, 24)
     assert "A_global" not in str(tuner.lower(s, tensors))
@@ -161,11 +176,11 @@ def test_packing_a_is_a_knob_and_configs_of_older_logs_read_as_unpacked() -> Non
     s, tensors = matmul.schedule(packed, 32, 40, 24)
     assert "A_global = allocate(float32[" in str(tuner.lower(s, tensors))
     check(packed, 32, 40, 24, "float32", False, False)
-    cfg = matmul.default_config(32, 32, 32, trans_a=True)
+    cfg = matmul.default_config(32, 32, 32, trans_a=True, target=AVX2)
     assert cfg["pack_a"] is True, "a transposed A is packed by default"
     unpacked = {k: v for k, v in cfg.items() if k != "pack_a"}
     with pytest.raises(ValueError, match="missing knob 'pack_a'"):  # that space always had it
-        matmul.config_space(32, 32, 32, trans_a=True).validate(unpacked)
+        matmul.config_space(32, 32, 32, trans_a=True, target=AVX2).validate(unpacked)
 
 
 def test_records_of_older_logs_get_the_new_knob_so_one_schedule_has_one_key() -> None:
@@ -175,7 +190,7 @@ def test_records_of_older_logs_get_the_new_knob_so_one_schedule_has_one_key() ->
     from tuner.workload import Workload
 
     w = Workload.make("matmul", M=32, N=40, K=24)
-    old = {k: v for k, v in matmul.default_config(32, 40, 24).items() if k != "pack_a"}
+    old = {k: v for k, v in matmul.default_config(32, 40, 24, target=AVX2).items() if k != "pack_a"}
     rec = Record.make(w, Target.from_name("cpu"), old, samples=(1e-3,))
     (done,) = canonical_records([rec])
     assert done.config == {**old, "pack_a": False, "pack_a_at": "block"}
@@ -199,8 +214,10 @@ def test_registered_operator_takes_the_transpose_flags() -> None:
 def test_k_unroll_unrolls_the_tile_update_by_constant_steps(unroll: int, k: int, kc: int) -> None:
     """K in three blocks of KC, or in one: every unrolled trip stays whole."""
     m, n = 13, 37
-    space = matmul.config_space(m, n, k)
-    cfg = space.validate({**matmul.default_config(m, n, k), "kc": kc, "k_unroll": unroll})
+    space = matmul.config_space(m, n, k, target=AVX2)
+    cfg = space.validate(
+        {**matmul.default_config(m, n, k, target=AVX2), "kc": kc, "k_unroll": unroll}
+    )
     s, tensors = matmul.schedule(cfg, m, n, k)
     loops = [f for f in _loops(tuner.lower(s, tensors).body) if f.kind == "unroll"]
     assert loops and all(isinstance(f.extent, Const) and f.extent.value == unroll for f in loops)
@@ -211,18 +228,20 @@ def test_k_unroll_unrolls_the_tile_update_by_constant_steps(unroll: int, k: int,
 
 
 def test_k_unroll_must_divide_every_block_of_k_and_older_logs_read_as_not_unrolled() -> None:
-    space = matmul.config_space(16, 16, 1001)
+    space = matmul.config_space(16, 16, 1001, target=AVX2)
     with pytest.raises(ValueError, match="k_unroll divides every block of K"):
-        space.validate({**matmul.default_config(16, 16, 1001), "k_unroll": 2})
+        space.validate({**matmul.default_config(16, 16, 1001, target=AVX2), "k_unroll": 2})
     for kc in (32, 128):  # 72 = 32 + 32 + 8; one block of 72 < 128
         with pytest.raises(ValueError, match="k_unroll divides every block of K"):
-            matmul.config_space(16, 16, 72).validate(
-                {**matmul.default_config(16, 16, 72), "kc": kc, "k_unroll": 2}
+            matmul.config_space(16, 16, 72, target=AVX2).validate(
+                {**matmul.default_config(16, 16, 72, target=AVX2), "kc": kc, "k_unroll": 2}
             )
-    assert matmul.default_config(16, 16, 1001)["k_unroll"] == 1
-    assert matmul.default_config(1024, 1024, 1024)["k_unroll"] == 4
-    old = {k: v for k, v in matmul.default_config(16, 16, 64).items() if k != "k_unroll"}
-    assert matmul.config_space(16, 16, 64).validate(old)["k_unroll"] == 1
+    assert matmul.default_config(16, 16, 1001, target=AVX2)["k_unroll"] == 1
+    assert matmul.default_config(1024, 1024, 1024, target=AVX2)["k_unroll"] == 4
+    old = {
+        k: v for k, v in matmul.default_config(16, 16, 64, target=AVX2).items() if k != "k_unroll"
+    }
+    assert matmul.config_space(16, 16, 64, target=AVX2).validate(old)["k_unroll"] == 1
 
 
 @pytest.mark.parametrize("parallel", [True, False])
@@ -230,8 +249,8 @@ def test_k_unroll_must_divide_every_block_of_k_and_older_logs_read_as_not_unroll
 def test_a_packed_once_before_the_nest(parallel: bool, trans_a: bool) -> None:
     """31 rows in panels of 6: the last panel is short; the pack is its own parallel loop."""
     m, n, k = 31, 40, 29
-    space = matmul.config_space(m, n, k, trans_a=trans_a)
-    base = matmul.default_config(m, n, k, trans_a=trans_a)
+    space = matmul.config_space(m, n, k, trans_a=trans_a, target=AVX2)
+    base = matmul.default_config(m, n, k, trans_a=trans_a, target=AVX2)
     cfg = space.validate(
         {**base, "mr": 6, "nr": 8, "pack_a": True, "pack_a_at": "once", "parallel": parallel}
     )
@@ -243,4 +262,31 @@ def test_a_packed_once_before_the_nest(parallel: bool, trans_a: bool) -> None:
     assert len(parallel_loops) == (2 if parallel else 0)
     check(cfg, m, n, k, trans_a=trans_a)
     with pytest.raises(ValueError, match="pack_a_at only matters when A is packed"):
-        matmul.config_space(m, n, k).validate({**cfg, "pack_a": False})
+        matmul.config_space(m, n, k, target=AVX2).validate({**cfg, "pack_a": False})
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"mr": 14, "nr": 32, "parallel": False},  # 28 accumulators of 16 lanes
+        {"mr": 6, "nr": 64, "pack_a": True, "pack_a_at": "once", "parallel": True},  # 24
+    ],
+)
+def test_tiles_only_avx512_registers_hold_build_and_match_numpy(knobs: dict) -> None:
+    """Prime extents: every tile is an edge tile in at least one direction."""
+    m, n, k = 37, 53, 41
+    cfg = {**matmul.default_config(m, n, k, target=AVX512), **knobs}
+    assert matmul.tile_registers(cfg["mr"], cfg["nr"], AVX512.lanes("float32")) > 16
+    assert not matmul.config_space(m, n, k, target=AVX2).is_valid(cfg)
+    check(matmul.config_space(m, n, k, target=AVX512).validate(cfg), m, n, k)
+
+
+def test_a_wide_tile_through_the_registry() -> None:
+    op = get_operator("matmul")
+    args = op.parse_args({"M": 29, "N": 67, "K": 31, "trans_b": True})
+    cfg = op.space(args, AVX512).validate({**op.default_config(args, AVX512), "mr": 12, "nr": 32})
+    s, tensors = op.schedule(cfg, args, AVX512)
+    a, b = op.make_inputs(args, target=AVX512)
+    out = np.empty((29, 67), np.float32)
+    tuner.build(s, tensors)(a, b, out)
+    np.testing.assert_allclose(out, op.reference(a, b, **args), rtol=1e-4, atol=1e-4)

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, get_operator, norm
 
+from .targets import AVX2
+
 
 def check_layer_norm(cfg, m: int, n: int, shift: float = 0.0, eps: float = norm.EPS) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
@@ -37,37 +39,39 @@ def check_batch_norm(cfg, shape: tuple[int, int, int, int]) -> None:  # type: ig
 
 def test_layer_norm_default_is_correct_with_a_large_mean() -> None:
     """The centred second pass keeps the variance right when the mean dwarfs the spread."""
-    cfg = norm.layer_norm_space(67, 45).validate(norm.layer_norm_default(67, 45))
+    cfg = norm.layer_norm_space(67, 45, target=AVX2).validate(
+        norm.layer_norm_default(67, 45, target=AVX2)
+    )
     check_layer_norm(cfg, 67, 45, shift=1000.0)
 
 
 def test_layer_norm_at_the_root_with_another_eps() -> None:
-    space = norm.layer_norm_space(13, 29)
-    cfg = {**norm.layer_norm_default(13, 29), "reductions_at_row": False, "lanes": 8}
+    space = norm.layer_norm_space(13, 29, target=AVX2)
+    cfg = {**norm.layer_norm_default(13, 29, target=AVX2), "reductions_at_row": False, "lanes": 8}
     check_layer_norm(space.validate(cfg), 13, 29, eps=0.5)
 
 
 @pytest.mark.parametrize("fold", [False, True])
 def test_batch_norm_default_is_correct_with_and_without_folding(fold: bool) -> None:
     cfg = {**norm.batch_norm_default(2, 5, 3, 37), "fold_scale": fold}
-    check_batch_norm(norm.batch_norm_space(2, 5, 3, 37).validate(cfg), (2, 5, 3, 37))
+    check_batch_norm(norm.batch_norm_space(2, 5, 3, 37, target=AVX2).validate(cfg), (2, 5, 3, 37))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 7, 5, 5), (32, 512, 7, 7), (1, 64, 56, 56)])
 def test_defaults_are_valid_for_any_shape(shape: tuple[int, int, int, int]) -> None:
-    norm.batch_norm_space(*shape).validate(norm.batch_norm_default(*shape))
+    norm.batch_norm_space(*shape, target=AVX2).validate(norm.batch_norm_default(*shape))
     m, n = shape[0] * shape[1], shape[2] * shape[3]
-    norm.layer_norm_space(m, n).validate(norm.layer_norm_default(m, n))
+    norm.layer_norm_space(m, n, target=AVX2).validate(norm.layer_norm_default(m, n, target=AVX2))
 
 
 def test_every_legal_config_lowers() -> None:
     """Cheap (no compile): the constraints admit only schedules that lower."""
     for m, n in [(1, 1), (5, 12), (9, 7)]:
-        space = norm.layer_norm_space(m, n)
+        space = norm.layer_norm_space(m, n, target=AVX2)
         for cfg in space.enumerate():
             tuner.lower(*norm.layer_norm_schedule(cfg, m, n))
     for shape in [(1, 1, 1, 1), (2, 3, 5, 7), (1, 4, 2, 33)]:
-        space = norm.batch_norm_space(*shape)
+        space = norm.batch_norm_space(*shape, target=AVX2)
         for cfg in space.enumerate():
             tuner.lower(*norm.batch_norm_schedule(cfg, *shape))
 
@@ -79,7 +83,9 @@ def test_every_legal_config_lowers() -> None:
 )
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_layer_norm_random_configs(m: int, n: int, seed: int) -> None:
-    check_layer_norm(norm.layer_norm_space(m, n).sample(np.random.default_rng(seed)), m, n)
+    check_layer_norm(
+        norm.layer_norm_space(m, n, target=AVX2).sample(np.random.default_rng(seed)), m, n
+    )
 
 
 @given(
@@ -93,16 +99,18 @@ def test_layer_norm_random_configs(m: int, n: int, seed: int) -> None:
 )
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_batch_norm_random_configs(shape: tuple[int, int, int, int], seed: int) -> None:
-    check_batch_norm(norm.batch_norm_space(*shape).sample(np.random.default_rng(seed)), shape)
+    check_batch_norm(
+        norm.batch_norm_space(*shape, target=AVX2).sample(np.random.default_rng(seed)), shape
+    )
 
 
 def test_space_rejects_bad_configs() -> None:
     with pytest.raises(ValueError, match="no more reduction lanes than columns"):
-        norm.layer_norm_space(64, 7).validate(
-            {**norm.layer_norm_default(64, 64), "col_split": 8, "lanes": 8}
+        norm.layer_norm_space(64, 7, target=AVX2).validate(
+            {**norm.layer_norm_default(64, 64, target=AVX2), "col_split": 8, "lanes": 8}
         )
     with pytest.raises(ValueError, match="no more planes than N"):
-        norm.batch_norm_space(1, 3, 4, 4).validate(
+        norm.batch_norm_space(1, 3, 4, 4, target=AVX2).validate(
             {**norm.batch_norm_default(1, 3, 4, 4), "planes_per_task": 4}
         )
 

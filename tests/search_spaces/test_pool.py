@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, get_operator, pool
 
+from .targets import AVX2
+
 
 def pool_args(n: int, c: int, h: int, w: int, kernel: int, stride: int, pad: int) -> dict[str, Any]:
     return {"N": n, "C": c, "H": h, "W": w, "kernel": kernel, "stride": stride, "pad": pad}
@@ -29,22 +31,24 @@ def check(cfg, kind: str, args: dict[str, Any], shift: float = 0.0) -> None:  # 
 def test_default_config_is_in_the_space_and_correct(kind: str) -> None:
     # Odd sizes, stride 2 with padding; then stride defaulting to the kernel, no padding.
     for args in (pool_args(1, 3, 11, 13, 3, 2, 1), pool_args(2, 2, 7, 9, 2, 0, 0)):
-        cfg = pool.config_space(kind, args).validate(pool.default_config(kind, args))
+        cfg = pool.config_space(kind, args, target=AVX2).validate(
+            pool.default_config(kind, args, target=AVX2)
+        )
         check(cfg, kind, args)
 
 
 def test_padding_never_wins_a_max() -> None:
     args = pool_args(1, 2, 6, 5, 3, 1, 1)
-    space = pool.config_space("max", args)
+    space = pool.config_space("max", args, target=AVX2)
     for pad_at in ("inline", "rows"):
-        cfg = space.validate({**pool.default_config("max", args), "pad_at": pad_at})
+        cfg = space.validate({**pool.default_config("max", args, target=AVX2), "pad_at": pad_at})
         check(cfg, "max", args, shift=-50.0)
 
 
 def test_every_legal_config_lowers() -> None:
     """Cheap (no compile): the constraints admit only schedules that lower."""
     for args in (pool_args(1, 2, 5, 7, 3, 2, 1), pool_args(1, 1, 4, 4, 2, 0, 0)):
-        space = pool.config_space("avg", args)
+        space = pool.config_space("avg", args, target=AVX2)
         for cfg in space.enumerate():
             s, tensors = pool.schedule(cfg, "avg", args)
             tuner.lower(s, tensors)
@@ -62,21 +66,23 @@ def test_random_configs_match_numpy_on_awkward_shapes(
 ) -> None:
     args = pool_args(1, 2, *hw, *window)
     assume(min(args["H"], args["W"]) + 2 * args["pad"] >= args["kernel"])
-    check(pool.config_space(kind, args).sample(np.random.default_rng(seed)), kind, args)
+    check(
+        pool.config_space(kind, args, target=AVX2).sample(np.random.default_rng(seed)), kind, args
+    )
 
 
 def test_space_rejects_bad_configs() -> None:
     args = pool_args(1, 4, 112, 112, 3, 2, 1)
-    base = pool.default_config("max", args)
+    base = pool.default_config("max", args, target=AVX2)
     with pytest.raises(ValueError, match="no padded copy"):
-        pool.config_space("max", pool_args(1, 4, 8, 8, 2, 2, 0)).validate(
+        pool.config_space("max", pool_args(1, 4, 8, 8, 2, 2, 0), target=AVX2).validate(
             {**base, "pad_at": "rows"}
         )
     with pytest.raises(ValueError, match="registers"):
         wide = pool_args(1, 4, 8, 300, 3, 2, 1)  # 150 output columns
-        pool.config_space("max", wide).validate({**base, "local": True, "ow_split": 0})
+        pool.config_space("max", wide, target=AVX2).validate({**base, "local": True, "ow_split": 0})
     with pytest.raises(ValueError, match="column split"):
-        pool.config_space("max", pool_args(1, 1, 8, 8, 2, 2, 0)).validate(
+        pool.config_space("max", pool_args(1, 1, 8, 8, 2, 2, 0), target=AVX2).validate(
             {**base, "pad_at": "inline", "ow_split": 16}
         )
 
@@ -112,9 +118,9 @@ def test_numpy_fast_is_the_reference(kind: str) -> None:
 
 def test_global_avg_pool_default_and_random_configs() -> None:
     for shape in [(1, 3, 5, 7), (2, 5, 1, 1)]:
-        space = pool.global_config_space(*shape)
+        space = pool.global_config_space(*shape, target=AVX2)
         x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
-        cfgs = [space.validate(pool.global_default_config(*shape))]
+        cfgs = [space.validate(pool.global_default_config(*shape, target=AVX2))]
         cfgs.append(space.sample(np.random.default_rng(7)))
         for cfg in cfgs:
             s, tensors = pool.global_schedule(cfg, *shape)

@@ -15,15 +15,16 @@ import numpy as np
 from search_spaces import Operator, Param, register_operator
 from tuner import te
 from tuner.space import ConfigSpace
+from tuner.target import Target
 
 
-def _space(_: Mapping[str, Any]) -> ConfigSpace:
+def _space(_: Mapping[str, Any], target: Target) -> ConfigSpace:
     sp = ConfigSpace()
     sp.define_knob("split", [1, 2, 4])
     return sp.freeze()
 
 
-def _schedule(cfg: Mapping[str, Any], args: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+def _schedule(cfg: Mapping[str, Any], args: Mapping[str, Any], target: Target):  # type: ignore[no-untyped-def]
     X = te.placeholder((args["N"],), "float32", name="X")
     Y = te.compute((args["N"],), lambda i: X[i] * 2.0, name="Y")
     s = te.create_schedule(Y)
@@ -48,7 +49,7 @@ def _make(name: str, reference) -> None:  # type: ignore[no-untyped-def]
             params=(Param("N", int, 16),),
             space=_space,
             schedule=_schedule,
-            default_config=lambda a: {"split": 2},
+            default_config=lambda a, target: {"split": 2},
             reference=reference,
             flops=lambda a: float(a["N"]),
         )

@@ -76,7 +76,7 @@ def test_records_from_before_an_argument_existed_still_match(tmp_path: Path) -> 
 
     op = get_operator("matmul")
     args = op.parse_args({"M": 8, "N": 8, "K": 8})
-    cfg = op.default_config(args)
+    cfg = op.default_config(args, Target.from_name("cpu"))
     old = Workload.make("matmul", M=8, N=8, K=8, dtype="float32")
     assert "trans_b" not in old.key
     log = tmp_path / "old.jsonl"
@@ -87,3 +87,34 @@ def test_records_from_before_an_argument_existed_still_match(tmp_path: Path) -> 
         with tuner.apply_best(log):
             f = tuner.build_op("matmul", M=8, N=8, K=8)
     assert f.record is not None and f.record.samples == (1e-6,)
+
+
+def test_the_space_of_the_target_built_for_decides_what_a_record_may_be(tmp_path: Path) -> None:
+    """A 12x32 tile measured on a 32-register target is used there, and not on a 16-register one."""
+    from search_spaces import get_operator
+
+    wide = Target.make("cpu", fingerprint="wide", vector_lanes=16, vector_registers=32, threads=1)
+    narrow = Target.make("cpu", fingerprint="narrow", vector_lanes=8, vector_registers=16)
+    op = get_operator("matmul")
+    args = op.parse_args({"M": 13, "N": 37, "K": 8})
+    cfg = op.space(args, wide).validate({**op.default_config(args, wide), "mr": 12, "nr": 32})
+    log = tmp_path / "wide.jsonl"
+    with LogWriter(log) as out:
+        out.write(
+            Record.make(Workload.make("matmul", **args), wide, cfg.to_json(), samples=(1e-6,))
+        )
+    rng = np.random.default_rng(0)
+    a, b = rng.random((13, 8), dtype=np.float32), rng.random((8, 37), dtype=np.float32)
+    with tuner.apply_best(log):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            f = tuner.build_op("matmul", target=wide, **args)
+        assert f.record is not None and (f.config["mr"], f.config["nr"]) == (12, 32)
+        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            g = tuner.build_op("matmul", target=narrow, **args)
+    assert any("no longer fits its space" in str(w.message) for w in caught)
+    assert g.record is None
+    assert g.config == op.space(args, narrow).validate(op.default_config(args, narrow)).to_json()
+    np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-5, atol=1e-5)

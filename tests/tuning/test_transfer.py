@@ -18,7 +18,7 @@ def _log(path: Path, op: str, args: dict[str, int], n: int) -> None:
     """``n`` random configs of ``op(args)`` with made-up times (faster with bigger ``mr``)."""
     template = get_operator(op)
     parsed = template.parse_args(args)
-    space = template.space(parsed)
+    space = template.space(parsed, Target.from_name("cpu"))
     rng = np.random.default_rng(0)
     with LogWriter(path) as log:
         for trial, cfg in enumerate(space.sample_many(rng, n)):
@@ -37,8 +37,9 @@ def _log(path: Path, op: str, args: dict[str, int], n: int) -> None:
 def _setup(args: dict[str, int]):  # type: ignore[no-untyped-def]
     op = get_operator("matmul")
     parsed = op.parse_args(args)
-    space = op.space(parsed)
-    return Workload.make("matmul", **parsed), space, _featurizer(op, parsed, space)
+    target = Target.from_name("cpu")
+    space = op.space(parsed, target)
+    return Workload.make("matmul", **parsed), space, _featurizer(op, parsed, space, target)
 
 
 def test_other_workloads_become_groups_and_this_one_is_left_out(tmp_path: Path) -> None:

@@ -38,9 +38,9 @@ def _kernel(c: Candidate):  # type: ignore[no-untyped-def]
     from ..codegen import build
     from ..target import Target
 
-    op = get_operator(c.op)
-    sched, tensors = op.schedule(op.space(c.args).validate(c.config), c.args)
-    return op, tensors, build(sched, tensors, target=Target.from_json(c.target))
+    op, target = get_operator(c.op), Target.from_json(c.target)
+    sched, tensors = op.schedule(op.space(c.args, target).validate(c.config), c.args, target)
+    return op, tensors, build(sched, tensors, target=target)
 
 
 def build_candidate(c: Candidate) -> tuple[str, str, float]:
@@ -83,7 +83,9 @@ def _workload_arrays(op: Any, c: Candidate, refs: dict[str, Any]) -> tuple[Any, 
     """The inputs of ``c``'s workload and the reference output, made once per workload."""
     key = repr((c.op, sorted(c.args.items())))
     if key not in refs:
-        inputs = op.make_inputs(c.args)
+        from ..target import Target
+
+        inputs = op.make_inputs(c.args, target=Target.from_json(c.target))
         refs.clear()  # keep one workload's arrays at a time
         refs[key] = (inputs, op.reference(*inputs, **c.args))
     return refs[key]
