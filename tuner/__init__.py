@@ -23,6 +23,7 @@ __all__ = [
     "Kernel",
     "LoweredFunc",
     "OpKernel",
+    "RecordChoiceWarning",
     "Schedule",
     "ScheduleError",
     "Target",
@@ -40,7 +41,7 @@ __version__ = "0.1.0"
 
 # The compile-time entry points sit on top of records/ and search_spaces/, which
 # build on this package's core; loading them lazily keeps imports one-way.
-_DRIVER = {"OpKernel", "UntunedWorkloadWarning", "apply_best", "build_op"}
+_DRIVER = {"OpKernel", "RecordChoiceWarning", "UntunedWorkloadWarning", "apply_best", "build_op"}
 
 
 def __getattr__(name: str) -> object:

@@ -6,7 +6,10 @@
 
 ``apply_best`` takes one log, a list of logs or a folder of them. A workload
 with no record on this target gets its template's default schedule and one
-warning that names it. Kernels come from the on-disk cache when built before.
+warning that names it. Each build takes the record timed at its own thread
+count on this machine where there is one (others with a warning), and a
+record whose template changed since is rebuilt from its stored schedule
+trace. Kernels come from the on-disk cache when built before.
 """
 
 from __future__ import annotations
@@ -20,17 +23,34 @@ from typing import Any
 
 import numpy as np
 
-from records import Record, best, load
+from records import Match, Record, best_match, load
 
 from .codegen import Kernel, build
+from .lower.lower import lower
+from .schedule import Schedule, ScheduleError
+from .space import ConfigError
 from .target import Target
+from .task import Task
+from .te import Tensor
 from .workload import Workload
 
-__all__ = ["BestRecords", "OpKernel", "UntunedWorkloadWarning", "apply_best", "build_op"]
+__all__ = [
+    "BestRecords",
+    "OpKernel",
+    "RecordChoiceWarning",
+    "UntunedWorkloadWarning",
+    "apply_best",
+    "build_op",
+]
 
 
 class UntunedWorkloadWarning(UserWarning):
     """A workload was built with its default schedule: no record matched it."""
+
+
+class RecordChoiceWarning(UserWarning):
+    """A record was used that is not an exact match: another thread count or machine,
+    or a space that changed since it was measured (then its schedule trace is replayed)."""
 
 
 class BestRecords:
@@ -41,8 +61,12 @@ class BestRecords:
 
         self.records = canonical_records(load(source))  # type: ignore[arg-type]
 
+    def match(self, workload: Workload, target: Target) -> Match:
+        """The best record and, for a near miss, why it was taken (see ``records.best_match``)."""
+        return best_match(self.records, workload, target)
+
     def lookup(self, workload: Workload, target: Target) -> Record | None:
-        return best(self.records, workload, target)
+        return self.match(workload, target).record
 
 
 _ACTIVE: contextvars.ContextVar[BestRecords | None] = contextvars.ContextVar(
@@ -62,12 +86,23 @@ def apply_best(source: str | Path | Sequence[str | Path]) -> Iterator[BestRecord
 
 
 class OpKernel:
-    """An operator built for one workload: ``f(*inputs)`` returns the output array."""
+    """An operator built for one workload: ``f(*inputs)`` returns the output array.
+
+    ``record`` is the record it was built from (None: the default schedule);
+    ``record.target`` says which machine and thread count it was timed on.
+    ``replayed`` is True when the schedule was rebuilt from the record's trace.
+    """
 
     def __init__(
-        self, workload: Workload, kernel: Kernel, config: dict[str, Any], record: Record | None
+        self,
+        workload: Workload,
+        kernel: Kernel,
+        config: dict[str, Any],
+        record: Record | None,
+        replayed: bool = False,
     ):
         self.workload, self.kernel, self.config, self.record = workload, kernel, config, record
+        self.replayed = replayed
 
     @property
     def source(self) -> str:
@@ -83,36 +118,95 @@ class OpKernel:
 def build_op(
     op: str, target: str | Target = "cpu", records: BestRecords | None = None, **args: Any
 ) -> OpKernel:
-    """Build operator ``op`` for ``args`` with the best record in scope (or its default)."""
-    from search_spaces import get_operator
+    """Build operator ``op`` for ``args`` with the best record in scope (or its default).
 
-    from .space import ConfigError
+    The record is the one measured at the thread count ``target`` runs with
+    on this machine, else the nearest (see ``records.best_match``), with a
+    ``RecordChoiceWarning`` for a near miss. A record whose template space
+    changed since it was measured is rebuilt from its schedule trace.
 
-    template = get_operator(op)
-    parsed = template.parse_args(args)
-    workload = Workload.make(op, **parsed)
+    >>> f = build_op("matmul", target=Target.from_name("cpu", num_threads=1), M=64, N=64, K=64)
+    >>> f.record.target.threads
+    1
+    """
     tgt = Target.from_name(target) if isinstance(target, str) else target
+    task = Task.make(op, args, tgt)
     chosen = records or _ACTIVE.get()
-    record = chosen.lookup(workload, tgt) if chosen is not None else None
-    space = template.space(parsed, tgt)
-    config: dict[str, Any] | None = None
-    if record is not None:
+    match = chosen.match(task.workload, tgt) if chosen is not None else Match(None)
+    if match.note:
+        _warn(RecordChoiceWarning, f"record for {task.workload.key}: {match.note}")
+    record = match.record
+    built = _from_record(task, record) if record is not None else None
+    if built is None:
+        if chosen is not None and record is None:
+            _warn(
+                UntunedWorkloadWarning,
+                f"no tuning record for {task.workload.key} on {tgt.kind}; using the default schedule",
+            )
+        config = task.space.validate(task.default_config()).to_json()
+        sched, tensors = task.schedule(config)
+        return OpKernel(task.workload, build(sched, tensors, target=tgt), config, None)
+    sched, tensors, config, replayed = built
+    return OpKernel(task.workload, build(sched, tensors, target=tgt), config, record, replayed)
+
+
+def _from_record(
+    task: Task, record: Record
+) -> tuple[Schedule, list[Tensor], dict[str, Any], bool] | None:
+    """The schedule ``record`` measured: from its knobs while its space is today's, else its trace.
+
+    None when neither applies (knobs that no longer validate and no trace
+    that replays); each fallback is said in one warning.
+    """
+    key = task.workload.key
+    changed = record.space_version is not None and record.space_version != task.space.version
+    knobs_error = ""
+    if not changed:
         try:
-            config = space.validate(record.config).to_json()
+            config = task.space.validate(record.config).to_json()
+            sched, tensors = task.schedule(config)
+            return sched, tensors, config, False
         except ConfigError as exc:
-            warnings.warn(
-                f"record for {workload.key} no longer fits its space ({exc}); using the default schedule",
-                UntunedWorkloadWarning,
-                stacklevel=2,
+            knobs_error = str(exc)
+    if record.trace is not None:
+        default, tensors = task.schedule(task.default_config())
+        try:
+            sched = Schedule.from_json(list(default.outputs), record.trace)
+            lower(sched, tensors, target=task.target)
+        except ScheduleError as exc:
+            _warn(
+                RecordChoiceWarning,
+                f"record for {key}: its schedule trace no longer applies ({exc})",
+                depth=2,
             )
-            record = None
-    if config is None:
-        if record is None and chosen is not None:
-            warnings.warn(
-                f"no tuning record for {workload.key} on {tgt.kind}; using the default schedule",
-                UntunedWorkloadWarning,
-                stacklevel=2,
+        else:
+            why = (
+                "its template's space changed"
+                if changed
+                else f"its knobs no longer fit ({knobs_error})"
             )
-        config = space.validate(template.default_config(parsed, tgt)).to_json()
-    sched, tensors = template.schedule(config, parsed, tgt)
-    return OpKernel(workload, build(sched, tensors, target=tgt), config, record)
+            _warn(
+                RecordChoiceWarning,
+                f"record for {key}: {why}; rebuilt from its schedule trace",
+                depth=2,
+            )
+            return sched, tensors, record.config, True
+    if changed:  # no trace to replay: the knobs are the best guess left
+        try:
+            config = task.space.validate(record.config).to_json()
+        except ConfigError as exc:
+            knobs_error = str(exc)
+        else:
+            sched, tensors = task.schedule(config)
+            return sched, tensors, config, False
+    _warn(
+        UntunedWorkloadWarning,
+        f"record for {key} no longer fits its space ({knobs_error}); using the default schedule",
+        depth=2,
+    )
+    return None
+
+
+def _warn(category: type[Warning], message: str, depth: int = 1) -> None:
+    """Warn at the caller of ``build_op`` (``depth``: helpers between it and here)."""
+    warnings.warn(message, category, stacklevel=2 + depth)

@@ -1,0 +1,268 @@
+"""Tasks: the unit of tuning and of record lookup, and the tuner that advances one.
+
+A :class:`Task` is what to compute (an operator template with its arguments;
+a fused subgraph of a model later) on which target, thread count included.
+Its ``key`` names the Optuna study, bounds duplicate detection (a config is
+measured once per task) and selects the records a build uses.
+
+A :class:`TaskTuner` advances one task's search by a few trials at a time
+(``step(n)``: propose, measure, record), through a measurer and a log that
+other tasks' tuners may share; ``tune()`` is a loop over one of them, and a
+task scheduler interleaves many.
+
+>>> task = Task.make("matmul", {"M": 512, "N": 512, "K": 512}, Target.from_name("cpu"))
+>>> task.key
+'matmul(K=512,M=512,N=512,dtype=float32,trans_a=false,trans_b=false)@cpu/threads=2'
+>>> with Measurer(MeasureOptions(), threads=2) as m, LogWriter("tune.jsonl") as log:
+...     tt = TaskTuner(task, m, log)
+...     tt.step(8)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from records import ErrorKind, LogWriter, Record, config_key
+from records import best as records_best
+from records.log import RETIME, threads_of
+
+from .measure import Candidate, MeasureResult
+from .schedule import Schedule
+from .search import Strategy
+from .space import Config, ConfigError, ConfigSpace
+from .target import Target
+from .te import Tensor
+from .workload import Workload
+
+__all__ = ["Task", "TaskTuner"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """An operator workload on a target; everything the tuner and the compiler ask of it.
+
+    The key is the workload's key and the target's kind and thread count:
+    ``matmul(K=64,M=64,N=64,...)@cpu/threads=2``. It leaves out the hardware
+    fingerprint, so workers on identical machines share a study; records keep
+    their fingerprint, and a build prefers its own machine's (``records.best_match``).
+    """
+
+    workload: Workload
+    target: Target
+
+    @classmethod
+    def make(cls, op: str, args: Mapping[str, Any], target: Target) -> Task:
+        """The task of operator ``op`` with ``args`` (checked and completed with defaults)."""
+        from search_spaces import get_operator
+
+        parsed = get_operator(op).parse_args(args)
+        return cls(Workload.make(op, **parsed), target)
+
+    @property
+    def key(self) -> str:
+        return f"{self.workload.key}@{self.target.kind}/threads={self.target.threads}"
+
+    @property
+    def op_name(self) -> str:
+        return self.workload.op
+
+    @functools.cached_property
+    def operator(self) -> Any:
+        """The operator template (``search_spaces.Operator``)."""
+        from search_spaces import get_operator
+
+        return get_operator(self.workload.op)
+
+    @functools.cached_property
+    def args(self) -> dict[str, Any]:
+        return self.operator.parse_args(self.workload.as_dict())
+
+    @functools.cached_property
+    def space(self) -> ConfigSpace:
+        """The template's space on this task's target."""
+        space: ConfigSpace = self.operator.space(self.args, self.target)
+        return space
+
+    def default_config(self) -> dict[str, Any]:
+        return dict(self.operator.default_config(self.args, self.target))
+
+    def schedule(self, config: Mapping[str, Any]) -> tuple[Schedule, list[Tensor]]:
+        """The schedule of ``config`` (validate configs from outside against ``space`` first)."""
+        return self.operator.schedule(config, self.args, self.target)  # type: ignore[no-any-return]
+
+    @property
+    def flops(self) -> float:
+        return float(self.operator.flops(self.args))
+
+    def candidate(self, config: Mapping[str, Any]) -> Candidate:
+        """What a measurer is sent to build and time ``config``."""
+        return Candidate(self.op_name, self.args, dict(config), self.target.to_json())
+
+    def measures(self, record: Record) -> bool:
+        """Whether ``record`` measured this task (the thread count unknown in old logs counts)."""
+        return (
+            record.workload == self.workload
+            and record.target.kind == self.target.kind
+            and threads_of(record.target) in (0, self.target.threads)
+        )
+
+
+def median_or_inf(record: Record) -> float:
+    return record.median if record.ok else math.inf
+
+
+class TaskTuner:
+    """One task's search: ``step(n)`` proposes, measures and logs ``n`` candidates.
+
+    ``prior`` are records already in the log; the strategy learns from those
+    of this task, and none of their configs is measured again. The
+    template's default config is measured first. ``measurer`` and ``log``
+    belong to the caller and may be shared with other tasks' tuners.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        strategy: Strategy,
+        measurer: Any,
+        log: LogWriter,
+        prior: Iterable[Record] = (),
+        space: ConfigSpace | None = None,
+    ):
+        self.task, self.strategy, self.measurer, self.log = task, strategy, measurer, log
+        self.space = space if space is not None else task.space
+        self.prior = [r for r in prior if task.measures(r)]
+        self.measured = warm_start(strategy, self.space, self.prior)
+        self.written: list[Record] = []
+        self.best: Record | None = min(
+            (r for r in self.prior if r.ok), key=median_or_inf, default=None
+        )
+        self.errors = 0
+        self.exhausted = False
+        self._next_trial = max((r.trial for r in self.prior), default=-1) + 1
+        try:  # the template's default is always measured first
+            self._pending = [self.space.validate(task.default_config())]
+        except ConfigError:  # not in a restricted (replayed) space
+            self._pending = []
+
+    @property
+    def trials(self) -> int:
+        """Candidates measured by this tuner (this session)."""
+        return len(self.written)
+
+    def step(self, n: int) -> list[Record]:
+        """Measure up to ``n`` new candidates; fewer (none) when the space runs out."""
+        batch = [c for c in self._pending if c.key not in self.measured][:n]
+        self._pending = []
+        self.measured.update(c.key for c in batch)
+        if n > len(batch):
+            batch += self.strategy.propose(n - len(batch), exclude=self.measured)
+        if not batch:
+            self.exhausted = True
+            return []
+        results = self.measurer.measure([self.task.candidate(c.to_json()) for c in batch])
+        records, observations = [], []
+        for cfg, res in zip(batch, results, strict=True):
+            rec = self._record(cfg, res, self.strategy.name, self.strategy.predicted(cfg))
+            self.measured.add(cfg.key)
+            observations.append((cfg, median_or_inf(rec)))
+            self.errors += res.error_kind != ErrorKind.OK
+            if rec.ok and (self.best is None or rec.median < self.best.median):
+                self.best = rec
+            records.append(rec)
+        self.strategy.observe(observations)
+        return records
+
+    def retime(self, k: int) -> list[Record]:
+        """Measure the ``k`` fastest configs once more, logged as strategy "retime".
+
+        A search keeps the luckiest timing of many close candidates; measuring
+        the leaders again, at the end and in one batch, lets the best be judged
+        on more samples (``records.best`` pools them per config). The best is
+        then chosen among the re-timed configs.
+        """
+        ranked: dict[str, Record] = {}
+        for r in sorted((r for r in self.prior + self.written if r.ok), key=median_or_inf):
+            ranked.setdefault(config_key(r.config), r)
+        leaders = list(ranked.values())[:k]
+        if k <= 0 or len(leaders) < 2:
+            return []
+        results = self.measurer.measure([self.task.candidate(r.config) for r in leaders])
+        out = []
+        for r, res in zip(leaders, results, strict=True):
+            out.append(self._record(self.space.validate(r.config), res, RETIME, None))
+        self.best = records_best(self.prior + self.written, self.task.workload, self.task.target)
+        return out
+
+    def _record(
+        self, cfg: Config, res: MeasureResult, strategy: str, predicted: float | None
+    ) -> Record:
+        """Log one measurement with the schedule it ran (trace and space version)."""
+        trace: list[dict[str, Any]] | None
+        try:
+            trace = self.task.schedule(cfg)[0].to_json()
+        except Exception:  # a config whose schedule fails is logged as the measurer saw it
+            trace = None
+        rec = measured_record(
+            self.task,
+            cfg.to_json(),
+            res,
+            strategy=strategy,
+            trial=self._next_trial,
+            predicted=predicted,
+            flops=self.task.flops,
+            trace=trace,
+            space_version=self.space.version,
+        )
+        self._next_trial += 1
+        self.log.write(rec)
+        self.written.append(rec)
+        return rec
+
+
+def measured_record(
+    task: Task, config: dict[str, Any], res: MeasureResult, **fields: Any
+) -> Record:
+    """The record of one measurement: ``res``'s outcome and times, plus ``fields`` (strategy, trial...)."""
+    return Record.make(
+        task.workload,
+        task.target,
+        config,
+        samples=res.samples,
+        error_kind=res.error_kind,
+        error_msg=res.error_msg,
+        build_seconds=res.build_seconds,
+        run_seconds=res.run_seconds,
+        **fields,
+    )
+
+
+def warm_start(strategy: Strategy, space: ConfigSpace, prior: list[Record]) -> set[str]:
+    """Teach the strategy what the log already holds; return the measured config keys.
+
+    A config logged several times (re-timed) is one observation: the median of
+    its samples pooled, infinite if it never ran correctly or ever gave a
+    wrong answer.
+    """
+    by_key: dict[str, list[Record]] = {}
+    for r in prior:
+        by_key.setdefault(config_key(r.config), []).append(r)
+    observations = []
+    for group in by_key.values():
+        try:
+            cfg = space.validate(group[0].config)
+        except ConfigError:
+            continue  # a config of an older space: keep it in the log, not in the model
+        samples = [s for r in group if r.ok for s in r.samples]
+        wrong = any(r.error_kind is ErrorKind.WRONG_ANSWER for r in group)
+        observations.append(
+            (cfg, statistics.median(samples) if samples and not wrong else math.inf)
+        )
+    strategy.observe(observations)
+    return set(by_key)
+
