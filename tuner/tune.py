@@ -1,4 +1,8 @@
-"""The tuning loop: propose, measure, log, learn; resumable from its own log.
+"""The tuning loop of one operator workload: a thin loop over its TaskTuner; resumable.
+
+The search of one task lives in ``tuner.task.TaskTuner`` (``step(n)``:
+propose, measure, log, learn); this module adds the stopping rules, the
+progress reports, the re-timing of the leaders and the NumPy baseline.
 
 >>> result = tune("matmul", {"M": 512, "N": 512, "K": 512}, TuneOptions(trials=64))
 >>> result.best.gflops
@@ -6,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -14,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from records import ErrorKind, LogWriter, Record, config_key, load
-from records import best as records_best
-from records.log import RETIME
+from records import LogWriter, Record, load
 
-from .measure import Candidate, MeasureOptions, Measurer, MeasureResult, ReplayMeasurer
+from .measure import MeasureOptions, Measurer, ReplayMeasurer
 from .search import Strategy, get_strategy
-from .space import Config, ConfigError
+from .space import Config, ConfigError, ConfigSpace
 from .target import Target
+from .task import Task, TaskTuner, median_or_inf
 from .workload import Workload
 
 __all__ = ["TuneOptions", "TuneProgress", "TuneResult", "tune"]
@@ -78,10 +80,6 @@ class TuneResult:
     numpy_seconds: float | None = None
 
 
-def _median(record: Record) -> float:
-    return record.median if record.ok else math.inf
-
-
 def tune(
     op_name: str,
     raw_args: Mapping[str, Any],
@@ -91,175 +89,95 @@ def tune(
 ) -> TuneResult:
     """Search ``op_name``'s schedule space; every measurement is appended to ``options.log``.
 
-    With ``replay``, candidates are answered from recorded measurements and the
-    space is limited to the recorded configs (for comparing strategies).
+    A loop over one :class:`~tuner.task.TaskTuner`: batches until the trial
+    budget, the time limit or early stopping says stop, then the leaders are
+    re-timed and the NumPy reference is timed beside them. With ``replay``,
+    candidates are answered from recorded measurements and the space is
+    limited to the recorded configs (for comparing strategies).
     """
-    from search_spaces import get_operator
-
-    opts = options or TuneOptions()
-    op = get_operator(op_name)
-    args = op.parse_args(raw_args)
-    workload = Workload.make(op_name, **args)
-    target = Target.from_name(opts.target, num_threads=opts.threads)
-    space = op.space(args, target)
-    if replay is not None:
-        space = space.restricted(replay.keys, "measured in the replayed log")
-    # One study per workload and target in a storage, whichever strategy runs it.
-    extra: dict[str, Any] = (
-        {"storage": opts.storage, "study_name": f"{workload.key} on {target.kind}"}
-        if opts.storage
-        else {}
-    )
-    featurize = _featurizer(op, args, space, target)
-    if opts.transfer_from:
-        extra["transfer"] = transfer_data(opts.transfer_from, workload, target, space, featurize)
-    strategy = get_strategy(
-        opts.strategy,
-        space,
-        seed=opts.seed,
-        workload=workload,
-        target=target,
-        features=featurize,
-        **extra,
-    )
-
     from search_spaces import canonical_records
 
+    opts = options or TuneOptions()
+    target = Target.from_name(opts.target, num_threads=opts.threads)
+    task = Task.make(op_name, raw_args, target)
+    space = task.space
+    if replay is not None:
+        space = space.restricted(replay.keys, "measured in the replayed log")
+    strategy = task_strategy(task, space, opts)
     logged = load(opts.log, target_kind=target.kind) if opts.log.exists() else []
-    prior = [r for r in canonical_records(logged) if r.workload == workload]
-    measured = _warm_start(strategy, space, prior)
-    best = min((r for r in prior if r.ok), key=_median, default=None)
-    first_trial = max((r.trial for r in prior), default=-1) + 1
-    flops = op.flops(args)
 
     start = time.monotonic()
-    done = errors = since_best = 0
-    written: list[Record] = []
     stopped = "trial budget reached"
-    try:  # the template's default is always measured first
-        defaults = [space.validate(op.default_config(args, target))]
-    except ConfigError:  # not in a replayed set
-        defaults = []
     runner = replay or Measurer(opts.measure, threads=target.threads)
     with runner as measurer, LogWriter(opts.log) as log:
-        while done < opts.trials:
+        tuner = TaskTuner(task, strategy, measurer, log, canonical_records(logged), space)
+        best, errors, since_best = tuner.best, 0, 0
+        while tuner.trials < opts.trials:
             if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
                 stopped = "time limit reached"
                 break
             if opts.early_stopping is not None and since_best >= opts.early_stopping:
                 stopped = f"no improvement in {opts.early_stopping} trials"
                 break
-            n = min(opts.batch, opts.trials - done)
-            batch = [d for d in defaults if d.key not in measured]
-            measured.update(d.key for d in batch)
-            batch += strategy.propose(n - len(batch), exclude=measured)
-            if not batch:
+            records = tuner.step(min(opts.batch, opts.trials - tuner.trials))
+            if not records:
                 stopped = "search space exhausted"
                 break
-            cands = [Candidate(op_name, args, cfg.to_json(), target.to_json()) for cfg in batch]
-            results = measurer.measure(cands)
-            observations = []
-            for cfg, res in zip(batch, results, strict=True):
-                rec = _measured(
-                    workload,
-                    target,
-                    cfg.to_json(),
-                    res,
-                    strategy=strategy.name,
-                    trial=first_trial + done,
-                    predicted=strategy.predicted(cfg),
-                    flops=flops,
-                )
-                log.write(rec)
-                written.append(rec)
-                measured.add(cfg.key)
-                observations.append((cfg, _median(rec)))
-                done += 1
-                errors += res.error_kind != ErrorKind.OK
+            for rec in records:
+                errors += not rec.ok
                 if rec.ok and (best is None or rec.median < best.median):
                     best, since_best = rec, 0
                 else:
                     since_best += 1
                 if progress is not None:
-                    progress(
-                        TuneProgress(done, opts.trials, rec, best, errors, time.monotonic() - start)
-                    )
-            strategy.observe(observations)
-        if replay is None and opts.retime > 0 and done > 0:
-            written += _retime(
-                measurer, log, op_name, args, workload, target, prior + written, opts
-            )
-            best = records_best(prior + written, workload, target) or best
+                    elapsed = time.monotonic() - start
+                    done = tuner.trials - len(records) + records.index(rec) + 1
+                    progress(TuneProgress(done, opts.trials, rec, best, errors, elapsed))
+        measured = tuner.trials
+        if replay is None and opts.retime > 0 and measured > 0:
+            tuner.retime(opts.retime)
         numpy_seconds = None
-        if isinstance(measurer, Measurer) and opts.baseline and done > 0:
-            base = measurer.baseline(Candidate(op_name, args, {}, target.to_json()))
+        if isinstance(measurer, Measurer) and opts.baseline and measured > 0:
+            base = measurer.baseline(task.candidate({}))
             numpy_seconds = statistics.median(base.samples) if base.ok else None
     return TuneResult(
-        workload,
+        task.workload,
         target,
-        done,
-        len(prior),
+        measured,
+        len(tuner.prior),
         errors,
-        best,
+        tuner.best,
         time.monotonic() - start,
         stopped,
         numpy_seconds,
     )
 
 
-def _measured(
-    workload: Workload,
-    target: Target,
-    config: dict[str, Any],
-    res: MeasureResult,
-    **fields: Any,
-) -> Record:
-    """The record of one measurement: ``res``'s outcome and times, plus ``fields`` (strategy, trial...)."""
-    return Record.make(
-        workload,
-        target,
-        config,
-        samples=res.samples,
-        error_kind=res.error_kind,
-        error_msg=res.error_msg,
-        build_seconds=res.build_seconds,
-        run_seconds=res.run_seconds,
-        **fields,
-    )
+def task_strategy(task: Task, space: ConfigSpace, opts: TuneOptions) -> Strategy:
+    """The search strategy ``opts`` names for ``task``, over ``space``.
 
-
-def _retime(
-    measurer: Any,
-    log: LogWriter,
-    op_name: str,
-    args: dict[str, Any],
-    workload: Workload,
-    target: Target,
-    records: list[Record],
-    opts: TuneOptions,
-) -> list[Record]:
-    """Measure the ``opts.retime`` fastest configs once more, logged as strategy "retime".
-
-    A search keeps the luckiest timing of many close candidates; measuring
-    the leaders again, at the end and in one batch, lets the best be judged
-    on more samples (``records.best`` pools them per config).
+    Its trials live in the Optuna study named by the task's key (when
+    ``opts.storage`` is given), whichever strategy runs it; the cost model
+    sees knob encodings and loop-nest features, warm-started from
+    ``opts.transfer_from``.
     """
-    ranked: dict[str, Record] = {}
-    for r in sorted((r for r in records if r.ok and r.workload == workload), key=_median):
-        ranked.setdefault(config_key(r.config), r)
-    leaders = list(ranked.values())[: opts.retime]
-    if len(leaders) < 2:
-        return []
-    cands = [Candidate(op_name, args, r.config, target.to_json()) for r in leaders]
-    trial = max(r.trial for r in records) + 1
-    out = []
-    for i, (r, res) in enumerate(zip(leaders, measurer.measure(cands), strict=True)):
-        rec = _measured(
-            workload, target, r.config, res, strategy=RETIME, trial=trial + i, flops=r.flops
+    extra: dict[str, Any] = (
+        {"storage": opts.storage, "study_name": task.key} if opts.storage else {}
+    )
+    featurize = _featurizer(task.operator, task.args, space, task.target)
+    if opts.transfer_from:
+        extra["transfer"] = transfer_data(
+            opts.transfer_from, task.workload, task.target, space, featurize
         )
-        log.write(rec)
-        out.append(rec)
-    return out
+    return get_strategy(
+        opts.strategy,
+        space,
+        seed=opts.seed,
+        workload=task.workload,
+        target=task.target,
+        features=featurize,
+        **extra,
+    )
 
 
 def _featurizer(
@@ -320,7 +238,7 @@ def transfer_data(
             spaces = {t: other.space(other_args, t) for t in {r.target for r in records}}
         except (OperatorError, ConfigError):
             continue
-        records = sorted(records, key=_median)[:TRANSFER_PER_WORKLOAD]
+        records = sorted(records, key=median_or_inf)[:TRANSFER_PER_WORKLOAD]
         for r in records:
             try:  # each config on the target it was measured on
                 cfg = spaces[r.target].validate(r.config)
@@ -333,33 +251,8 @@ def transfer_data(
             except ConfigError:
                 knobs = np.full(knob_width, np.nan)
             rows.append(np.concatenate([knobs, nest]))
-            seconds.append(_median(r))
+            seconds.append(median_or_inf(r))
             groups.append(group)
     if not rows:
         return None
     return np.vstack(rows), np.asarray(seconds), np.asarray(groups, dtype=np.int64)
-
-
-def _warm_start(strategy: Strategy, space: Any, prior: list[Record]) -> set[str]:
-    """Teach the strategy what the log already holds; return the measured config keys.
-
-    A config logged several times (re-timed) is one observation: the median of
-    its samples pooled, infinite if it never ran correctly or ever gave a
-    wrong answer.
-    """
-    by_key: dict[str, list[Record]] = {}
-    for r in prior:
-        by_key.setdefault(config_key(r.config), []).append(r)
-    observations = []
-    for group in by_key.values():
-        try:
-            cfg = space.validate(group[0].config)
-        except ConfigError:
-            continue  # a config of an older space: keep it in the log, not in the model
-        samples = [s for r in group if r.ok for s in r.samples]
-        wrong = any(r.error_kind is ErrorKind.WRONG_ANSWER for r in group)
-        observations.append(
-            (cfg, statistics.median(samples) if samples and not wrong else math.inf)
-        )
-    strategy.observe(observations)
-    return set(by_key)
