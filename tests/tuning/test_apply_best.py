@@ -61,7 +61,10 @@ def test_each_thread_count_takes_its_own_record(tmp_path: Path) -> None:
 def test_another_thread_count_or_machine_is_taken_with_a_warning(tmp_path: Path) -> None:
     two = Target.from_name("cpu", num_threads=2)
     log = _write(tmp_path / "t.jsonl", [_record(two, 4, 1e-6, 0)])
-    with tuner.apply_best(log), pytest.warns(tuner.RecordChoiceWarning, match="no record at 1 threads"):
+    with (
+        tuner.apply_best(log),
+        pytest.warns(tuner.RecordChoiceWarning, match="no record at 1 threads"),
+    ):
         f = tuner.build_op("t_double", target=two.with_threads(1), N=16)
     assert f.record is not None and f.record.target.threads == 2
     elsewhere = Target("cpu", two.capabilities, "another-machine")
@@ -82,7 +85,9 @@ def test_a_record_of_a_changed_space_is_rebuilt_from_its_trace(tmp_path: Path) -
     log = _write(tmp_path / "t.jsonl", [stale])
     with (
         tuner.apply_best(log),
-        pytest.warns(tuner.RecordChoiceWarning, match="space changed; rebuilt from its schedule trace"),
+        pytest.warns(
+            tuner.RecordChoiceWarning, match="space changed; rebuilt from its schedule trace"
+        ),
     ):
         f = tuner.build_op("t_double", target=target, N=16)
     assert f.replayed and f.record is not None

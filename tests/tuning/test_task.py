@@ -5,8 +5,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import pytest
-
 import tuner
 from records import ErrorKind, LogWriter, best_by_workload, load, target_label
 from tuner.lower.lower import lower
