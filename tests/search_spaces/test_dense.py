@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, dense, get_operator
 from search_spaces.matmul import default_k_unroll
-from tuner.lower.ir import Alloc, For, If, Seq, Stmt, Store
+from tuner.lower.ir import For, If, Stmt, Store
+from tuner.lower.visitor import StmtVisitor, walk_stmts
 
 from .targets import AVX2, AVX512
 
@@ -109,25 +110,26 @@ def test_knobs_unused_along_the_batch_take_one_value() -> None:
 
 
 def _stores(s: Stmt) -> list[str]:
-    if isinstance(s, Store):
-        return [s.buffer]
-    if isinstance(s, For | Alloc):
-        return _stores(s.body)
-    if isinstance(s, Seq):
-        return [b for c in s.body for b in _stores(c)]
-    if isinstance(s, If):
-        return _stores(s.then) + (_stores(s.orelse) if s.orelse is not None else [])
-    return []
+    return [x.buffer for x in walk_stmts(s) if isinstance(x, Store)]
+
+
+class _TopLoops(StmtVisitor):
+    """The outermost loops, through sequences and allocations (not inside conditions)."""
+
+    def __init__(self) -> None:
+        self.found: list[For] = []
+
+    def visit_For(self, s: For) -> None:
+        self.found.append(s)
+
+    def visit_If(self, s: If) -> None:
+        return None
 
 
 def _top_loops(s: Stmt) -> list[For]:
-    if isinstance(s, For):
-        return [s]
-    if isinstance(s, Alloc):
-        return _top_loops(s.body)
-    if isinstance(s, Seq):
-        return [f for c in s.body for f in _top_loops(c)]
-    return []
+    walker = _TopLoops()
+    walker.visit(s)
+    return walker.found
 
 
 @pytest.mark.parametrize("epilogue_at", ["panel", "block"])

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 import tuner
 from search_spaces import OperatorError, get_operator, matmul
-from tuner.lower.ir import Alloc, For, If, Seq, Stmt
+from tuner.lower.ir import Alloc, For, Stmt
+from tuner.lower.visitor import walk_stmts
 from tuner.te.expr import Const
 
 from .targets import AVX2, AVX512
@@ -102,15 +103,7 @@ def test_default_config_is_valid_for_any_shape(
 
 
 def _loops(s: Stmt) -> list[For]:
-    if isinstance(s, For):
-        return [s, *_loops(s.body)]
-    if isinstance(s, Seq):
-        return [f for c in s.body for f in _loops(c)]
-    if isinstance(s, Alloc):
-        return _loops(s.body)
-    if isinstance(s, If):
-        return _loops(s.then) + (_loops(s.orelse) if s.orelse is not None else [])
-    return []
+    return [f for f in walk_stmts(s) if isinstance(f, For)]
 
 
 def test_default_1024_is_the_register_blocked_nest() -> None:
