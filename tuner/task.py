@@ -265,4 +265,3 @@ def warm_start(strategy: Strategy, space: ConfigSpace, prior: list[Record]) -> s
         )
     strategy.observe(observations)
     return set(by_key)
-
