@@ -2,7 +2,7 @@
 
 ``A`` is ``[B, M, K]`` and ``B`` is ``[B, K, N]`` (``[B, N, K]`` with
 ``trans_b``, attention's ``Q @ K.T``), as ``torch.bmm`` takes them. Each batch
-is matmul's GotoBLAS nest (:func:`matmul.register_blocked`), with the batch
+is matmul's GotoBLAS nest (:func:`search_spaces._gemm.register_blocked`), with the batch
 loop outside; the batch and the column blocks are fused into one parallel
 loop, so that a batch of small matrices still feeds every core::
 
@@ -35,13 +35,13 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
-from ._target import resolve
-from .matmul import (
+from ._gemm import (
     define_gemm_knobs,
     gemm_default,
     operand_packing,
     register_blocked,
 )
+from ._target import resolve
 
 __all__ = ["config_space", "default_config", "define", "flops", "reference", "schedule"]
 

@@ -65,8 +65,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._gemm import accumulator_budget
 from ._target import resolve
-from .matmul import accumulator_budget
 
 __all__ = [
     "Conv2d",

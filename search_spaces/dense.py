@@ -4,7 +4,7 @@
 PyTorch stores it, ``bias`` is ``[out_features]`` (if any), and the activation
 is none, relu, gelu (PyTorch's default, the erf form), sigmoid or tanh.
 
-The product ``C`` is matmul's GotoBLAS nest (:func:`matmul.register_blocked`)
+The product ``C`` is matmul's GotoBLAS nest (:func:`search_spaces._gemm.register_blocked`)
 with W packed from its ``[N, K]`` rows into ``[KC][NR]`` panels; the bias and
 the activation (the epilogue) are the output stage ``Y``, and ``C`` is
 computed inside ``Y``'s loops, so each piece of ``C`` is finished and read back
@@ -60,8 +60,7 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
-from ._target import resolve
-from .matmul import (
+from ._gemm import (
     Packing,
     accumulator_budget,
     default_k_unroll,
@@ -73,6 +72,7 @@ from .matmul import (
     register_blocked,
     tile_registers,
 )
+from ._target import resolve
 
 __all__ = [
     "ACTIVATIONS",
