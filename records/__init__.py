@@ -22,7 +22,6 @@ from .log import (
     load,
     measured_configs,
     target_label,
-    threads_of,
 )
 
 __all__ = [
@@ -41,6 +40,5 @@ __all__ = [
     "load",
     "measured_configs",
     "target_label",
-    "threads_of",
     "to_dataframe",
 ]

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from .format import Record, RecordError
-from .log import LogSource, load, threads_of
+from .log import LogSource, load
 
 __all__ = ["BASE_COLUMNS", "to_dataframe"]
 
@@ -66,7 +66,7 @@ def _row(record: Record) -> dict[str, Any]:
         "op": record.workload.op,
         "target_kind": record.target.kind,
         "fingerprint": record.target.fingerprint,
-        "threads": threads_of(record.target),
+        "threads": record.target.threads,
         "trial": record.trial,
         "strategy": record.strategy,
         "predicted": math.nan if record.predicted is None else record.predicted,

@@ -37,7 +37,6 @@ __all__ = [
     "load",
     "measured_configs",
     "target_label",
-    "threads_of",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -217,15 +216,9 @@ def load(
 RETIME = "retime"
 
 
-def threads_of(target: Target) -> int:
-    """The thread count a target's records were timed with; 0 when the log did not say."""
-    value = target.get("threads", 0)
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
 def target_label(target: Target) -> str:
     """A target as people tell records apart: its kind and thread count ("cpu, 2 threads")."""
-    n = threads_of(target)
+    n = target.threads
     if not n:
         return target.kind
     return f"{target.kind}, {n} thread{'s' if n != 1 else ''}"
@@ -248,7 +241,7 @@ def _fastest(records: Iterable[Record]) -> Record | None:
     groups: dict[tuple[str, str, int, str], list[Record]] = {}
     wrong: set[tuple[str, str, int, str]] = set()
     for r in records:
-        key = (r.workload.key, r.target.fingerprint, threads_of(r.target), config_key(r.config))
+        key = (r.workload.key, r.target.fingerprint, r.target.threads, config_key(r.config))
         if r.error_kind is ErrorKind.WRONG_ANSWER:
             wrong.add(key)
         elif r.ok and r.samples:
@@ -294,13 +287,13 @@ def best_match(records: Iterable[Record], workload: Workload | str, target: Targ
     """
     wanted = _key(workload)
     pool = [r for r in records if r.workload.key == wanted and r.target.kind == target.kind]
-    threads = threads_of(target)
+    threads = target.threads
     here = [r for r in pool if r.target.fingerprint == target.fingerprint]
     elsewhere = [r for r in pool if r.target.fingerprint != target.fingerprint]
     for tier, other_machine in ((here, False), (elsewhere, True)):
         by_threads: dict[int, list[Record]] = {}
         for r in tier:
-            by_threads.setdefault(threads_of(r.target), []).append(r)
+            by_threads.setdefault(r.target.threads, []).append(r)
         order = sorted(by_threads, key=lambda n: (n == 0, abs(n - threads), n))
         for n in order:
             chosen = _fastest(by_threads[n])

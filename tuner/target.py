@@ -178,6 +178,9 @@ class Target:
         for name, value in caps.items():
             if not isinstance(value, int | float | str | bool):
                 raise TargetError(f"target capability {name!r} must be a number, string or bool")
+        threads = caps.get("threads", 0)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise TargetError(f"target capability 'threads' must be a count, got {threads!r}")
         return cls(data["kind"], tuple(sorted(caps.items())), str(data.get("fingerprint", "")))
 
     @classmethod

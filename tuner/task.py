@@ -29,7 +29,7 @@ from typing import Any
 
 from records import ErrorKind, LogWriter, Record, config_key
 from records import best as records_best
-from records.log import RETIME, threads_of
+from records.log import RETIME
 
 from .measure import Candidate, MeasureResult
 from .schedule import Schedule
@@ -108,7 +108,7 @@ class Task:
         return (
             record.workload == self.workload
             and record.target.kind == self.target.kind
-            and threads_of(record.target) in (0, self.target.threads)
+            and record.target.threads in (0, self.target.threads)
         )
 
 

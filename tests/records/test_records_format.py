@@ -187,6 +187,7 @@ def test_error_kind_is_a_string_enum() -> None:
         (lambda d: d["config"].update(tile={"x": 1}), "config['tile']"),
         (lambda d: d.update(workload={"args": {}}), "string 'op'"),
         (lambda d: d.update(target="cpu"), "string 'kind'"),
+        (lambda d: d["target"]["capabilities"].update(threads="two"), "'threads' must be a count"),
         (lambda d: d.update(time=None), "time must be a number"),
         (lambda d: d.pop("v"), "no format version"),
     ],

@@ -25,7 +25,6 @@ from records import (
     load,
     measured_configs,
     target_label,
-    threads_of,
 )
 from tuner.target import Target
 
@@ -289,7 +288,7 @@ def test_best_match_takes_the_thread_count_it_builds_for() -> None:
     assert exact.note == ""
     assert best_match(records, MATMUL, two).record.trial == 1  # type: ignore[union-attr]
     near = best_match(records, MATMUL, four)
-    assert near.record is not None and threads_of(near.record.target) == 2
+    assert near.record is not None and near.record.target.threads == 2
     assert "no record at 4 threads" in near.note and "2 threads" in near.note
 
 
