@@ -45,6 +45,7 @@ from tuner.lower.ir import Alloc, Buffer, For, If, Load, Store
 from tuner.lower.lower import LoweredFunc
 from tuner.lower.simplify import Linear, Ranges, bounds, linear, simplify
 from tuner.lower.visitor import StmtVisitor
+from tuner.target import Target
 from tuner.te.dtypes import is_float
 from tuner.te.expr import Binary, Call, Const, Expr, Var, walk
 
@@ -52,7 +53,8 @@ __all__ = ["LOOP_FEATURE_NAMES", "loop_features"]
 
 #: Argument slots with their own access features; later arguments only count in the totals.
 MAX_ARGS = 4
-#: Cache capacities (bytes) of the two traffic estimates: a core's L1 and L2.
+#: Cache capacities (bytes) of the two traffic estimates, a core's L1 and L2, where
+#: no target says its own (``loop_features(func, target)`` reads the target's).
 CACHE_BYTES = {"l1": 32 * 1024, "l2": 1024 * 1024}
 #: Bytes one strided access can waste at most (a cache line).
 LINE_BYTES = 64
@@ -261,11 +263,13 @@ def _log(x: float) -> float:
     return math.log2(1.0 + max(x, 0.0))
 
 
-def loop_features(func: LoweredFunc) -> np.ndarray:
+def loop_features(func: LoweredFunc, target: Target | None = None) -> np.ndarray:
     """The feature vector of ``func``: float64, shape ``(len(LOOP_FEATURE_NAMES),)``, finite.
 
-    Deterministic (a pure function of the IR) and total: any loop nest that
-    lowering produces gives a vector, unknown constructs counting as nothing.
+    Deterministic (a pure function of the IR and the target's cache sizes)
+    and total: any loop nest that lowering produces gives a vector, unknown
+    constructs counting as nothing. The traffic estimates use ``target``'s
+    L1d and L2 sizes (``CACHE_BYTES`` without one).
 
     >>> import tuner
     >>> from search_spaces import matmul
@@ -280,9 +284,19 @@ def loop_features(func: LoweredFunc) -> np.ndarray:
     _structure(f, w)
     _hot_statement(f, w)
     _allocations(f, w)
-    _memory(f, w, {b.name: a for a, b in enumerate(func.args[:MAX_ARGS])})
+    _memory(f, w, {b.name: a for a, b in enumerate(func.args[:MAX_ARGS])}, _caches(target))
     out = np.array([f[name] for name in LOOP_FEATURE_NAMES], dtype=np.float64)
     return np.nan_to_num(out, nan=0.0, posinf=1e6, neginf=-1e6)
+
+
+def _caches(target: Target | None) -> dict[str, int]:
+    """The L1d and L2 capacities of ``target`` (the defaults where it records none usable)."""
+    if target is None:
+        return CACHE_BYTES
+    try:
+        return {"l1": target.l1d_bytes, "l2": target.l2_bytes}
+    except (TypeError, ValueError):  # a capability a log recorded as something else
+        return CACHE_BYTES
 
 
 def _structure(f: dict[str, float], w: _Walk) -> None:
@@ -333,12 +347,14 @@ def _allocations(f: dict[str, float], w: _Walk) -> None:
     f["log_alloc_executions"] = _log(sum(times for _, times in w.allocs))
 
 
-def _memory(f: dict[str, float], w: _Walk, arg_slot: dict[str, int]) -> None:
+def _memory(
+    f: dict[str, float], w: _Walk, arg_slot: dict[str, int], caches: dict[str, int]
+) -> None:
     """Access patterns, flops, traffic and intensity."""
     weighted = dict.fromkeys(_CLASSES, 0.0)
     local = 0.0
     per_arg = [dict.fromkeys((*_CLASSES, "stride"), 0.0) for _ in range(MAX_ARGS)]
-    traffic = dict.fromkeys(CACHE_BYTES, 0.0)
+    traffic = dict.fromkeys(caches, 0.0)
     flops = 0.0
     for site in w.sites:
         n = site.iterations
@@ -358,7 +374,7 @@ def _memory(f: dict[str, float], w: _Walk, arg_slot: dict[str, int]) -> None:
                 continue
             size = _ITEMSIZE.get(buf.dtype if buf else "", 4)
             elem = size if cls != "strided" else min(LINE_BYTES, size * max(stride, 1))
-            for level, cap in CACHE_BYTES.items():
+            for level, cap in caches.items():
                 traffic[level] += _traffic(site, acc, elem, cap)
 
     n_acc = sum(weighted.values())
@@ -376,6 +392,6 @@ def _memory(f: dict[str, float], w: _Walk, arg_slot: dict[str, int]) -> None:
         b.size * _ITEMSIZE.get(b.dtype, 4) for b in w.buffers.values() if b.scope != "local"
     )
     f["log_bytes_unique"] = _log(unique)
-    for level in CACHE_BYTES:
+    for level in caches:
         f[f"log_bytes_{level}"] = _log(traffic[level])
         f[f"log_intensity_{level}"] = _log(flops / traffic[level]) if traffic[level] > 0 else 0.0

@@ -243,8 +243,10 @@ def row_schedule(
     ``attach`` lists ``(stage, parent)`` in dependency order: with
     ``reductions_at_row`` each stage is computed at its parent's row loop
     (``out``'s task-row loop for ``out``), a parent of None leaving it at the
-    root; without, every stage is a pass at the root. Each parent must read
-    its stage directly. Root passes are parallel over rows if chosen. The
+    root; without, every stage is a pass at the root. Each stage here is
+    attached to a stage that reads it directly (``compute_at`` also takes a
+    consumer's consumer, as TVM's x86 softmax schedules the max and the exp
+    at the output's row loop). Root passes are parallel over rows if chosen. The
     ``partials`` of lane reductions get their lanes loop innermost, and
     ``vector_stages`` their columns split by ``col_split``.
     """

@@ -192,7 +192,7 @@ def _featurizer(
 
     def features(cfg: Config) -> Any:
         sched, tensors = op.schedule(cfg, args, target)
-        return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors))])
+        return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors), target)])
 
     return features
 
@@ -243,7 +243,7 @@ def transfer_data(
             try:  # each config on the target it was measured on
                 cfg = spaces[r.target].validate(r.config)
                 sched, tensors = other.schedule(cfg, other_args, r.target)
-                nest = loop_features(lower(sched, tensors))
+                nest = loop_features(lower(sched, tensors), r.target)
             except Exception:  # an older space or a template that changed: skip it
                 continue
             try:

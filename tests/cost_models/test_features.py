@@ -206,3 +206,18 @@ def test_random_conv_schedules_never_crash(case) -> None:  # type: ignore[no-unt
     s, tensors = case
     x = loop_features(tuner.lower(s, tensors))
     check(x)
+
+
+def test_traffic_reads_the_targets_cache_sizes() -> None:
+    """A smaller L1 refetches more of the same loop nest; without a target, the defaults."""
+    from tuner.target import Target
+
+    s, tensors = plain_matmul(64, 64, 64)
+    func = tuner.lower(s, tensors)
+    names = list(LOOP_FEATURE_NAMES)
+    tiny = Target.make("cpu", l1d_bytes=1024, l2_bytes=1 << 20)
+    large = Target.make("cpu", l1d_bytes=1 << 20, l2_bytes=1 << 22)
+    l1 = names.index("log_bytes_l1")
+    assert loop_features(func, tiny)[l1] > loop_features(func, large)[l1]
+    default = Target.make("cpu", l1d_bytes=32 * 1024, l2_bytes=1024 * 1024)
+    np.testing.assert_array_equal(loop_features(func), loop_features(func, default))
