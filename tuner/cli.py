@@ -142,7 +142,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from records import load
+    from records import load, target_label
 
     recs = load(ns.log)
     ok = sorted((r for r in recs if r.ok), key=lambda r: r.median)[: ns.top]
@@ -151,12 +151,18 @@ def cmd_show(ns: argparse.Namespace) -> int:
         if not r.ok:
             errors[r.error_kind.value] = errors.get(r.error_kind.value, 0) + 1
     table = Table(title=f"{ns.log}: {len(recs)} records, top {len(ok)}")
-    for col in ("trial", "workload", "strategy", "GFLOP/s", "median ms", "config"):
+    for col in ("trial", "workload", "target", "strategy", "GFLOP/s", "median ms", "config"):
         table.add_column(col)
     for r in ok:
         gf = f"{r.gflops:.1f}" if r.gflops else "-"
         table.add_row(
-            str(r.trial), r.workload.key, r.strategy, gf, f"{r.median * 1e3:.3f}", str(r.config)
+            str(r.trial),
+            r.workload.key,
+            target_label(r.target),
+            r.strategy,
+            gf,
+            f"{r.median * 1e3:.3f}",
+            str(r.config),
         )
     console = Console()
     console.print(table)

@@ -90,3 +90,14 @@ def test_tune_runs_end_to_end_into_the_default_log_and_resumes(
     assert len({str(r.config) for r in load(tmp_path / "tune.jsonl")}) == 3, (
         "nothing measured twice"
     )
+
+
+def test_best_and_show_tell_thread_counts_apart(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("COLUMNS", "300")  # one line per table row
+    golden_v2 = GOLDEN.parent / "v2.jsonl"
+    assert main(["best", str(golden_v2)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 thread" in out and "2 threads" in out
+    assert main(["show", str(golden_v2)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 threads" in out and "compile_timeout 1" in out
