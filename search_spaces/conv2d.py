@@ -1,5 +1,6 @@
-"""2-D convolutions: ``conv2d`` (groups, dilation, NCHW or NHWC, fused bias and relu)
-and ``depthwise_conv2d``; definitions, NumPy references, knobs and schedules.
+"""2-D convolutions: ``conv2d`` (groups, dilation, NCHW or NHWC, fused bias and relu):
+the parameters, definition and NumPy references it shares with ``depthwise_conv2d``,
+and its knobs and schedule.
 
 Inputs follow PyTorch: ``X[N, C, H, W]`` (or ``X[N, H, W, C]`` in NHWC), the
 weight ``W[K, C/groups, R, S]`` in both layouts, an optional bias ``B[K]``; the
@@ -29,21 +30,8 @@ vectors of the target's lanes, one to four of them. A bias or a
 relu makes the convolution a stage computed inside the output's row (and
 channel block) loop, so the epilogue reads a tile that is still in cache.
 
-``depthwise_conv2d`` has no reduction over channels, so no register tile
-reuses an input across channels. Its nest sweeps each channel's output in
-OHR x OWR tiles, the window taps outside the tile's rows and columns::
-
-    for plane in N * C:                     # parallel
-      for oho, owo:
-        for r, s:                           # unrolled s if unroll_window
-          for ohi, owi:                     # owi the SIMD axis
-            Y[n, c, oh, ow] += Xp[n, c, oh*stride + r*dil, ow*stride + s*dil] * W[c, 0, r, s]
-
-accumulating in the output row while it is in cache (``registers=False``:
-LLVM's loop vectorizer, which handles rows of any width), or in a register tile
-(``registers=True``: the SLP vectorizer over constant tiles). The padded input
-is copied once (``pad_at=root``), per channel plane just before its use
-(``channel``), or inlined as a conditional load.
+``depthwise_conv2d`` (``search_spaces.depthwise_conv2d``) shares this
+module's ``Conv2d`` parameters, definition and references.
 
 >>> p = Conv2d.from_args({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3})
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
@@ -65,23 +53,25 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from . import Operator, Param, register_operator
 from ._gemm import accumulator_budget
 from ._target import resolve
 
 __all__ = [
+    "IMAGE_PARAMS",
+    "WINDOW_PARAMS",
     "Conv2d",
     "bytes_moved",
     "config_space",
     "default_config",
     "define",
-    "depthwise_config_space",
-    "depthwise_default_config",
-    "depthwise_numpy_fast",
-    "depthwise_schedule",
     "flops",
     "numpy_fast",
     "reference",
+    "reference_from_args",
     "schedule",
+    "stages",
+    "vectors",
 ]
 
 #: Accumulators of the default register tile (as matmul's: two FMA units of latency 5 busy).
@@ -178,7 +168,7 @@ def _padded(p: Conv2d, X: Tensor) -> Tensor | None:
     )
 
 
-def _stages(p: Conv2d) -> dict[str, Tensor]:
+def stages(p: Conv2d) -> dict[str, Tensor]:
     """Every tensor by role: X, W, B (bias), Xp (padding), conv (the sum) and Y (output)."""
     xshape = (p.N, p.H, p.W, p.C) if p.nhwc else (p.N, p.C, p.H, p.W)
     X = te.placeholder(xshape, "float32", name="X")
@@ -242,7 +232,7 @@ def _epilogue(p: Conv2d, t: dict[str, Tensor], idx: tuple[te.Expr, ...], k: te.E
 
 def define(p: Conv2d) -> list[Tensor]:
     """The kernel's arguments: ``X``, ``W``, (``B``,) ``Y``."""
-    return _arguments(p, _stages(p))
+    return _arguments(p, stages(p))
 
 
 # -- NumPy ----------------------------------------------------------------------------------
@@ -293,21 +283,6 @@ def numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = N
     return _finish(p, y.reshape(p.N, p.K, p.OH, p.OW), b)
 
 
-def depthwise_numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Depthwise by NumPy: one multiply-add of a shifted slice per window tap, into out= buffers."""
-    xp = np.pad(x, ((0, 0), (0, 0), (p.pad, p.pad), (p.pad, p.pad)))
-    y = np.zeros((p.N, p.C, p.OH, p.OW), np.float32)
-    tmp = np.empty_like(y)
-    st, d = p.stride, p.dilation
-    for r in range(p.R):
-        for s in range(p.S):
-            h0, w0 = r * d, s * d
-            tap = xp[:, :, h0 : h0 + st * (p.OH - 1) + 1 : st, w0 : w0 + st * (p.OW - 1) + 1 : st]
-            np.multiply(tap, w[None, :, 0, r, s, None, None], out=tmp)
-            y += tmp
-    return y
-
-
 def flops(p: Conv2d) -> float:
     """Multiply-adds of the convolution, two FLOPs each (the epilogue is not counted)."""
     return 2.0 * p.N * p.K * p.OH * p.OW * p.Cg * p.R * p.S
@@ -328,7 +303,8 @@ def _tiles(lanes: int) -> list[int]:
     return sorted({*_TILES, *(lanes * v for v in (1, 2, 3, 4))})
 
 
-def _vectors(n: int, lanes: int) -> int:
+def vectors(n: int, lanes: int) -> int:
+    """Vectors of ``lanes`` that ``n`` values take."""
     return -(-n // lanes)
 
 
@@ -355,8 +331,8 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
 
     def accumulators(c: Any) -> int:
         if c["vector"] == "k":
-            return _vectors(c["kr"], L) * c["owr"] * c["ohr"]
-        return c["kr"] * _vectors(c["owr"], L) * c["ohr"]
+            return vectors(c["kr"], L) * c["owr"] * c["ohr"]
+        return c["kr"] * vectors(c["owr"], L) * c["ohr"]
 
     sp.add_constraint(
         lambda c: accumulators(c) <= budget,
@@ -397,7 +373,7 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     L = tgt.lanes("float32")
     accumulators = min(_DEFAULT_ACCUMULATORS, accumulator_budget(tgt))
     kr = 2 * L if p.K > L and accumulators >= 2 else L
-    owr = _largest(_TILES, min(accumulators // _vectors(kr, L), p.OW))
+    owr = _largest(_TILES, min(accumulators // vectors(kr, L), p.OW))
     return {
         "vector": "k",
         "kr": kr,
@@ -438,7 +414,7 @@ def schedule(
     ``target`` (the host CPU when None) gives the epilogue's vector width.
     """
     kr, ohr = int(cfg["kr"]), int(cfg["ohr"])
-    t = _stages(p)
+    t = stages(p)
     conv, Y = t["conv"], t["Y"]
     s = te.create_schedule(Y)
     if "Xp" in t:
@@ -501,111 +477,34 @@ def _conv_nest(
         s[WP].reorder(wko, *([wc, wr, ws] if cfg["reduction"] == "crs" else [wr, ws, wc]), wki)
 
 
-# -- depthwise ------------------------------------------------------------------------------
-
-
-def depthwise_config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
-    """A register tile of OHR rows x OWR columns (the SIMD axis), padding, unrolling, threads."""
-    tgt = resolve(target)
-    L, budget = tgt.lanes("float32"), accumulator_budget(tgt)
-    sp = ConfigSpace()
-    sp.define_knob("owr", sorted({1, 2, 4, *(L * f for f in range(1, 9))}))
-    sp.define_knob("ohr", [1, 2, 3, 4, 6, 8])
-    sp.define_knob("registers", [True, False])
-    sp.define_knob("pad_at", ["channel", "root", "inline"] if p.pad else ["none"])
-    sp.define_knob("unroll_window", [False, True])
-    sp.define_knob("parallel", [True, False])
-    sp.add_constraint(
-        lambda c: not c["registers"] or _vectors(c["owr"], L) * c["ohr"] <= budget,
-        f"a register tile of OHR x OWR accumulators fits {budget} vector registers of {L} lanes",
-    )
-    sp.add_constraint(
-        lambda c: c["owr"] % L == 0 or c["owr"] >= p.OW,
-        f"the column tile is whole {L}-lane vectors or covers a whole output row",
-    )
-    sp.add_constraint(
-        lambda c: c["owr"] < p.OW + L and c["ohr"] <= p.OH,
-        "tiles no larger than the output (by less than one vector)",
-    )
-    return sp.freeze()
-
-
-def depthwise_default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
-    """Whole output rows (up to 64 columns) accumulated in cache, the padded copy in parallel.
-
-    LLVM's loop vectorizer (chosen when there is no register tile) handles rows of
-    any width; measured at 128 x 56 x 56, 3 x 3, this beat register tiles of
-    2 x 32 by two to four times (measured when edge tiles were still scalar loops).
-    """
-    L = resolve(target).lanes("float32")
-    owr = next(v for v in (1, 2, 4, *(L * f for f in range(1, 9))) if v >= min(p.OW, 8 * L))
-    return {
-        "owr": owr,
-        "ohr": 1,
-        "registers": False,
-        "pad_at": "root" if p.pad else "none",
-        "unroll_window": False,
-        "parallel": True,
-    }
-
-
-def depthwise_schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg``: (image, channel) fused and parallel, the tile inside."""
-    owr, ohr = int(cfg["owr"]), int(cfg["ohr"])
-    t = _stages(p)
-    Y = t["Y"]
-    s = te.create_schedule(Y)
-    n, k, oh, ow = s[Y].op.axis
-    _, r, sw = s[Y].op.reduce_axis  # the channel reduction has extent 1
-    oho, ohi = s[Y].split(oh, factor=ohr)
-    owo, owi = s[Y].split(ow, factor=owr)
-    s[Y].reorder(n, k, oho, owo, r, sw, ohi, owi)
-    plane = s[Y].fuse(n, k)
-    if cfg["parallel"]:
-        s[Y].parallel(plane)
-    s[Y].vectorize(owi)
-    if cfg["unroll_window"]:
-        s[Y].unroll(sw)
-    if cfg["registers"]:
-        YL = s.cache_write(Y, "local")
-        s[YL].compute_at(s[Y], owo)
-    if "Xp" in t:
-        if cfg["pad_at"] == "inline":
-            s[t["Xp"]].compute_inline()
-        elif cfg["pad_at"] == "channel":
-            s[t["Xp"]].compute_at(s[Y], plane)
-        elif cfg["parallel"]:
-            s[t["Xp"]].parallel(s[t["Xp"]].op.axis[1])
-    return s, [t["X"], t["W"], Y]
-
-
 # -- registration ---------------------------------------------------------------------------
 
 
-def _register() -> None:
-    from . import Operator, Param, register_operator
+#: The parameters conv2d and depthwise_conv2d share: the images, then the window.
+IMAGE_PARAMS = (
+    Param("N", int, 1, doc="images"),
+    Param("C", int, doc="input channels"),
+    Param("H", int, doc="input height"),
+    Param("W", int, doc="input width"),
+)
+WINDOW_PARAMS = (
+    Param("R", int, 3, doc="window height"),
+    Param("S", int, 3, doc="window width"),
+    Param("stride", int, 1, doc="step of the window, both directions"),
+    Param("pad", int, 0, doc="zeros on every side of the input", minimum=0),
+    Param("dilation", int, 1, doc="spacing of the window's taps"),
+)
 
-    common = (
-        Param("N", int, 1, doc="images"),
-        Param("C", int, doc="input channels"),
-        Param("H", int, doc="input height"),
-        Param("W", int, doc="input width"),
-    )
-    window = (
-        Param("R", int, 3, doc="window height"),
-        Param("S", int, 3, doc="window width"),
-        Param("stride", int, 1, doc="step of the window, both directions"),
-        Param("pad", int, 0, doc="zeros on every side of the input", minimum=0),
-        Param("dilation", int, 1, doc="spacing of the window's taps"),
-    )
+
+def _register() -> None:
     register_operator(
         Operator(
             name="conv2d",
             doc="Y = conv2d(X, W) (+ bias, relu) as PyTorch's, NCHW or NHWC",
             params=(
-                *common,
+                *IMAGE_PARAMS,
                 Param("K", int, doc="output channels"),
-                *window,
+                *WINDOW_PARAMS,
                 Param("groups", int, 1, doc="channel groups (dividing C and K)"),
                 Param("layout", str, "NCHW", ("NCHW", "NHWC"), doc="of X and Y"),
                 Param("bias", bool, False, doc="add a bias B[K] in the epilogue"),
@@ -614,28 +513,14 @@ def _register() -> None:
             space=lambda a, target: config_space(Conv2d.from_args(a), target),
             schedule=lambda cfg, a, target: schedule(cfg, Conv2d.from_args(a), target),
             default_config=lambda a, target: default_config(Conv2d.from_args(a), target),
-            reference=_reference_of,
+            reference=reference_from_args,
             flops=lambda a: flops(Conv2d.from_args(a)),
-            check=lambda a: Conv2d.from_args(a).check(),
-        )
-    )
-    register_operator(
-        Operator(
-            name="depthwise_conv2d",
-            doc="Y = conv2d(X, W, groups=C) with W: C x 1 x R x S, NCHW (memory-bound)",
-            params=(*common, *window),
-            space=lambda a, target: depthwise_config_space(Conv2d.from_args(a), target),
-            schedule=lambda cfg, a, target: depthwise_schedule(cfg, Conv2d.from_args(a)),
-            default_config=lambda a, target: depthwise_default_config(Conv2d.from_args(a), target),
-            reference=_reference_of,
-            flops=lambda a: flops(Conv2d.from_args(a)),
-            bytes_moved=lambda a: bytes_moved(Conv2d.from_args(a)),
             check=lambda a: Conv2d.from_args(a).check(),
         )
     )
 
 
-def _reference_of(*arrays: np.ndarray, **args: Any) -> np.ndarray:
+def reference_from_args(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     """``reference(*inputs, **parsed_args)`` as the registry calls it (the window needs the args)."""
     if not args:
         raise TypeError("the conv2d reference needs the operator's arguments as keywords")

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, get_operator
 from search_spaces import conv2d as cv
+from search_spaces import depthwise_conv2d as dw
 from search_spaces.conv2d import Conv2d
 
 from .targets import AVX2
@@ -25,7 +26,7 @@ def inputs(p: Conv2d) -> list[np.ndarray]:
 
 def check(cfg, p: Conv2d) -> None:  # type: ignore[no-untyped-def]
     x, w = inputs(p)
-    s, tensors = cv.depthwise_schedule(cfg, p)
+    s, tensors = dw.depthwise_schedule(cfg, p)
     out = np.full(tensors[-1].shape_ints, 12345, np.float32)
     tuner.build(s, tensors)(x, w, out)
     np.testing.assert_allclose(out, cv.reference(p, x, w), rtol=1e-5, atol=1e-5)
@@ -42,14 +43,14 @@ AWKWARD = [
 def test_numpy_formulations_agree(p: Conv2d) -> None:
     x, w = inputs(p)
     # groups=C as a grouped conv2d: the reference is tested against the definition there.
-    np.testing.assert_allclose(cv.depthwise_numpy_fast(p, x, w), cv.reference(p, x, w), atol=1e-5)
+    np.testing.assert_allclose(dw.depthwise_numpy_fast(p, x, w), cv.reference(p, x, w), atol=1e-5)
 
 
 def test_default_config_is_in_the_space_and_correct() -> None:
     p = AWKWARD[0]
     check(
-        cv.depthwise_config_space(p, target=AVX2).validate(
-            cv.depthwise_default_config(p, target=AVX2)
+        dw.depthwise_config_space(p, target=AVX2).validate(
+            dw.depthwise_default_config(p, target=AVX2)
         ),
         p,
     )
@@ -57,7 +58,7 @@ def test_default_config_is_in_the_space_and_correct() -> None:
 
 def test_register_tile_with_each_padding() -> None:
     p = AWKWARD[1]
-    space = cv.depthwise_config_space(p, target=AVX2)
+    space = dw.depthwise_config_space(p, target=AVX2)
     base = {"owr": 8, "ohr": 3, "registers": True, "unroll_window": True, "parallel": False}
     for pad_at in ("channel", "inline"):
         check(space.validate({**base, "pad_at": pad_at}), p)
@@ -67,16 +68,16 @@ def test_register_tile_with_each_padding() -> None:
     "p", [*AWKWARD, depthwise(1, 128, 56, 56, 3, 3, pad=1), depthwise(1, 4, 300, 300, 5, 5)]
 )
 def test_default_config_is_valid_for_any_shape(p: Conv2d) -> None:
-    cv.depthwise_config_space(p, target=AVX2).validate(cv.depthwise_default_config(p, target=AVX2))
+    dw.depthwise_config_space(p, target=AVX2).validate(dw.depthwise_default_config(p, target=AVX2))
 
 
 def test_legal_configs_lower() -> None:
     """Cheap (no compile): every legal config with these tiles lowers (all other knobs)."""
     for p in AWKWARD[:2]:
-        space = cv.depthwise_config_space(p, target=AVX2)
+        space = dw.depthwise_config_space(p, target=AVX2)
         for cfg in space.enumerate():
             if cfg["owr"] in (8, 16, 64) and cfg["ohr"] in (1, 3):
-                s, tensors = cv.depthwise_schedule(cfg, p)
+                s, tensors = dw.depthwise_schedule(cfg, p)
                 tuner.lower(s, tensors)
 
 
@@ -86,7 +87,7 @@ def test_legal_configs_lower() -> None:
 )
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_random_configs_match_numpy_on_awkward_shapes(p: Conv2d, seed: int) -> None:
-    check(cv.depthwise_config_space(p, target=AVX2).sample(np.random.default_rng(seed)), p)
+    check(dw.depthwise_config_space(p, target=AVX2).sample(np.random.default_rng(seed)), p)
 
 
 def test_registered_operator_validates_and_matches_numpy() -> None:

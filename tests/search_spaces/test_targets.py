@@ -81,7 +81,7 @@ def test_defaults_are_in_the_space_of_every_target(op_name: str, target: Any) ->
 
 def _largest_tile(op_name: str, args: dict[str, Any], target: Any) -> int:
     """The most accumulator registers of any register tile in the space on ``target``."""
-    from search_spaces.conv2d import _vectors
+    from search_spaces.conv2d import vectors
     from search_spaces.matmul import tile_registers
 
     space = get_operator(op_name).space(args, target)
@@ -92,7 +92,7 @@ def _largest_tile(op_name: str, args: dict[str, Any], target: Any) -> int:
             most = max(most, tile_registers(cfg["mr"], cfg["nr"], lanes))
         else:
             simd, other = ("kr", "owr") if cfg["vector"] == "k" else ("owr", "kr")
-            most = max(most, _vectors(cfg[simd], lanes) * cfg[other] * cfg["ohr"])
+            most = max(most, vectors(cfg[simd], lanes) * cfg[other] * cfg["ohr"])
     return most
 
 
