@@ -112,10 +112,6 @@ class Task:
         )
 
 
-def median_or_inf(record: Record) -> float:
-    return record.median if record.ok else math.inf
-
-
 class TaskTuner:
     """One task's search: ``step(n)`` proposes, measures and logs ``n`` candidates.
 
@@ -140,7 +136,7 @@ class TaskTuner:
         self.measured = warm_start(strategy, self.space, self.prior)
         self.written: list[Record] = []
         self.best: Record | None = min(
-            (r for r in self.prior if r.ok), key=median_or_inf, default=None
+            (r for r in self.prior if r.ok), key=lambda r: r.median, default=None
         )
         self.errors = 0
         self.exhausted = False
@@ -170,7 +166,7 @@ class TaskTuner:
         for cfg, res in zip(batch, results, strict=True):
             rec = self._record(cfg, res, self.strategy.name, self.strategy.predicted(cfg))
             self.measured.add(cfg.key)
-            observations.append((cfg, median_or_inf(rec)))
+            observations.append((cfg, rec.median))
             self.errors += res.error_kind != ErrorKind.OK
             if rec.ok and (self.best is None or rec.median < self.best.median):
                 self.best = rec
@@ -187,7 +183,7 @@ class TaskTuner:
         then chosen among the re-timed configs.
         """
         ranked: dict[str, Record] = {}
-        for r in sorted((r for r in self.prior + self.written if r.ok), key=median_or_inf):
+        for r in sorted((r for r in self.prior + self.written if r.ok), key=lambda r: r.median):
             ranked.setdefault(config_key(r.config), r)
         leaders = list(ranked.values())[:k]
         if k <= 0 or len(leaders) < 2:

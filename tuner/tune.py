@@ -23,7 +23,7 @@ from .measure import MeasureOptions, Measurer, ReplayMeasurer
 from .search import Strategy, get_strategy
 from .space import Config, ConfigError, ConfigSpace
 from .target import Target
-from .task import Task, TaskTuner, median_or_inf
+from .task import Task, TaskTuner
 from .workload import Workload
 
 __all__ = ["TuneOptions", "TuneProgress", "TuneResult", "tune"]
@@ -238,7 +238,7 @@ def transfer_data(
             spaces = {t: other.space(other_args, t) for t in {r.target for r in records}}
         except (OperatorError, ConfigError):
             continue
-        records = sorted(records, key=median_or_inf)[:TRANSFER_PER_WORKLOAD]
+        records = sorted(records, key=lambda r: r.median)[:TRANSFER_PER_WORKLOAD]
         for r in records:
             try:  # each config on the target it was measured on
                 cfg = spaces[r.target].validate(r.config)
@@ -251,7 +251,7 @@ def transfer_data(
             except ConfigError:
                 knobs = np.full(knob_width, np.nan)
             rows.append(np.concatenate([knobs, nest]))
-            seconds.append(median_or_inf(r))
+            seconds.append(r.median)
             groups.append(group)
     if not rows:
         return None

@@ -119,7 +119,3 @@ def seq(stmts: list[Stmt]) -> Stmt:
         else:
             flat.append(s)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
-
-
-#: The statement classes, for visitors that dispatch on them.
-STMT_TYPES: tuple[type[Stmt], ...] = (Store, For, If, Seq, Alloc, Barrier)

@@ -13,8 +13,8 @@ taught to one place. Dispatch is by class name: ``visit_For`` handles a
 ...         super().visit_For(s)
 
 Expressions inside statements (indices, values, extents, conditions) are
-reached through :func:`stmt_exprs`; expression nodes themselves are walked
-with ``tuner.te.expr.walk`` / ``transform``, which see the IR's ``Load``.
+rewritten through ``StmtMutator.expr``; expression nodes themselves are
+walked with ``tuner.te.expr.walk`` / ``transform``, which see the IR's ``Load``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from ..te.expr import Expr, transform
 from .ir import Alloc, Barrier, For, If, Seq, Stmt, Store
 
-__all__ = ["StmtMutator", "StmtVisitor", "stmt_exprs", "substitute_stmt", "walk_stmts"]
+__all__ = ["StmtMutator", "StmtVisitor", "substitute_stmt", "walk_stmts"]
 
 
 class StmtVisitor:
@@ -120,17 +120,6 @@ def walk_stmts(s: Stmt) -> Iterator[Stmt]:
     walker = _Preorder()
     walker.visit(s)
     return iter(walker.out)
-
-
-def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
-    """The expressions a statement holds itself (not those of nested statements)."""
-    if isinstance(s, Store):
-        return (*s.indices, s.value)
-    if isinstance(s, For):
-        return (s.extent,)
-    if isinstance(s, If):
-        return (s.cond,)
-    return ()
 
 
 class _Substitute(StmtMutator):
