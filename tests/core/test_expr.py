@@ -76,3 +76,11 @@ def test_reduction_identities() -> None:
     assert identity("max", "float32").value == float("-inf")
     assert identity("min", "int32").value == 2**31 - 1
     assert identity("max", "int8").value == -128
+
+
+def test_compute_of_any_rank_takes_star_indices():
+    from tuner import te
+
+    X = te.placeholder((2, 3, 4), "float32", name="X")
+    Y = te.compute(X.shape, lambda *i: X[i] * 2.0, name="Y")
+    assert [a.name for a in Y.op.axis] == ["i0", "i1", "i2"]

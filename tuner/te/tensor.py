@@ -193,7 +193,12 @@ def compute(
     name = name or f"compute{next(_names)}"
     _check_name(name)
     dims = _shape(shape, name)
-    params = list(inspect.signature(fcompute).parameters)
+    signature = inspect.signature(fcompute).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature):
+        # ``lambda *i: ...`` takes any rank: the axes are named i0, i1, ...
+        params = [f"i{d}" for d in range(len(dims))]
+    else:
+        params = [p.name for p in signature]
     if len(params) != len(dims):
         raise TensorError(
             f"compute {name} has {len(dims)} dimension(s) but its function "
