@@ -30,7 +30,8 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]
         args = [env[i] if i else None for i in node.inputs]
         if node.op == FUSED:
             group: Graph = node.attrs["group"]
-            results = run_graph(group, dict(zip(group.inputs, args, strict=True)))
+            fed = {k: a for k, a in zip(group.inputs, args, strict=True) if a is not None}
+            results = run_graph(group, fed)
         else:
             results = opdef(node.op).evaluate(node, args)
         for name, value in zip(node.outputs, results, strict=False):
