@@ -9,6 +9,8 @@
 >>> s = te.create_schedule(C)
 >>> print(tuner.lower(s, [A, B, C]))        # the loop nest
 >>> f = tuner.build(s, [A, B, C])           # a Numba kernel; f(a, b, c) writes c
+>>> mod = tuner.compile_model("model.onnx", log="tune.jsonl")   # a whole model
+>>> outs = mod.run({"input": x})
 """
 
 from . import te
@@ -33,6 +35,7 @@ __all__ = [
     "apply_best",
     "build",
     "build_op",
+    "compile_model",
     "create_schedule",
     "lower",
     "te",
@@ -49,4 +52,8 @@ def __getattr__(name: str) -> object:
         from . import compile as _compile
 
         return getattr(_compile, name)
+    if name == "compile_model":
+        from .model import compile_model
+
+        return compile_model
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")

@@ -5,6 +5,8 @@
     tuner best tune.jsonl
     tuner show tune.jsonl --top 10
     tuner build matmul M=512 N=512 K=512 --log tune.jsonl
+    tuner compile model.onnx --log tune.jsonl
+    tuner run model.onnx --log tune.jsonl --compare onnxruntime
 
 Errors a user can cause end in one line and a non-zero exit, never a traceback.
 """
@@ -299,6 +301,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("log", type=Path)
     p.add_argument("--top", type=_positive(int), default=10)
     p.set_defaults(func=cmd_show)
+
+    from .cli_model import add_commands
+
+    add_commands(sub, _positive)
     return parser
 
 

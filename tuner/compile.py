@@ -41,6 +41,7 @@ __all__ = [
     "UntunedWorkloadWarning",
     "apply_best",
     "build_op",
+    "build_task",
 ]
 
 
@@ -130,7 +131,16 @@ def build_op(
     1
     """
     tgt = Target.from_name(target) if isinstance(target, str) else target
-    task = Task.make(op, args, tgt)
+    return build_task(Task.make(op, args, tgt), records)
+
+
+def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
+    """Build ``task`` with its best record in ``records`` (or in scope), else its default.
+
+    What ``build_op`` does once the task is made; a model's kernels are built
+    here, one per task.
+    """
+    tgt = task.target
     chosen = records or _ACTIVE.get()
     match = chosen.match(task.workload, tgt) if chosen is not None else Match(None)
     if match.note:

@@ -1,0 +1,152 @@
+"""The ``tuner compile`` and ``tuner run`` commands: whole ONNX models.
+
+tuner compile model.onnx --log tune.jsonl --shape data=8,3,224,224
+tuner run model.onnx --log tune.jsonl --repeat 50 --compare onnxruntime
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["add_commands"]
+
+
+def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.split(","))
+            if any(d < 1 for d in out[name]):
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"--shape takes NAME=D1,D2,... with positive dimensions, got {item!r}"
+            ) from None
+    return out
+
+
+def _compile(ns: argparse.Namespace, console: Any) -> Any:
+    from .model import compile_model
+    from .target import Target
+
+    target = Target.from_name(ns.target, **({"num_threads": ns.threads} if ns.threads else {}))
+    if ns.log is not None and not ns.log.exists():
+        raise FileNotFoundError(f"log {ns.log} does not exist")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mod = compile_model(ns.model, ns.log, shapes=_shapes(ns.shape), target=target)
+    for w in caught:
+        console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+    return mod
+
+
+def _inputs(mod: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded random inputs of the shapes the module was compiled for."""
+    rng = np.random.default_rng(seed)
+    plan = mod.plans[0]
+    feeds = {}
+    for name, shape in zip(mod.input_names, plan.signature, strict=True):
+        dtype = np.dtype(plan.values[name].dtype)
+        if dtype.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[name] = rng.random(shape) < 0.5
+        else:
+            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
+    return feeds
+
+
+def cmd_compile(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console()
+    mod = _compile(ns, console)
+    if not mod.plans:
+        console.print("the model has symbolic input dimensions: give them with --shape NAME=D1,D2")
+        return 1
+    console.print(mod.summary(), highlight=False, markup=False)
+    return 0
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .measure.interleave import interleaved, medians
+
+    console = Console()
+    mod = _compile(ns, console)
+    if not mod.plans:
+        raise ValueError("the model has symbolic input dimensions: give them with --shape")
+    feeds = _inputs(mod, ns.seed)
+    outs = mod.run(feeds)
+    fns = {"tuner": lambda: mod.run(feeds)}
+    if ns.compare == "onnxruntime":
+        sess = _ort_session(ns.model, mod.target.threads)
+        expected = sess.run(None, feeds)
+        for name, got, want in zip(mod.output_names, outs, expected, strict=True):
+            err = float(np.max(np.abs(got - want))) if got.size else 0.0
+            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+                raise ValueError(
+                    f"output {name!r} disagrees with onnxruntime (max error {err:.3g})"
+                )
+            console.print(f"output {name!r} matches onnxruntime (max error {err:.3g})")
+        fns["onnxruntime"] = lambda: sess.run(None, feeds)
+    plan = mod.plans[0]
+    plan.profile(list(feeds.values()), repeat=max(3, ns.repeat // 5))
+    console.print(mod.summary(), highlight=False, markup=False)
+    times = medians(interleaved(fns, rounds=ns.repeat))
+    mine = times["tuner"]
+    line = (
+        f"median of {ns.repeat} rounds on {mod.target.threads} threads: tuner {mine * 1e3:.3f} ms"
+    )
+    if "onnxruntime" in times:
+        ort = times["onnxruntime"]
+        line += f", onnxruntime {ort * 1e3:.3f} ms ({ort / mine:.2f}x onnxruntime)"
+    console.print(line)
+    return 0
+
+
+def _ort_session(model: Path, threads: int) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ImportError(
+            "--compare onnxruntime needs onnxruntime (pip install onnxruntime)"
+        ) from None
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+
+
+def add_commands(sub: Any, positive: Any) -> None:
+    """Add ``compile`` and ``run`` to the ``tuner`` command's subparsers."""
+    for name, func, help_text in (
+        ("compile", cmd_compile, "import, fuse and build an ONNX model; print its tasks"),
+        ("run", cmd_run, "compile an ONNX model, run and time it (beside onnxruntime)"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("model", type=Path, help="an .onnx file")
+        p.add_argument("--log", type=Path, default=None, help="tuning log or a folder of logs")
+        p.add_argument(
+            "--shape",
+            action="append",
+            default=[],
+            metavar="NAME=D1,D2,...",
+            help="dimensions of an input with symbolic ones (repeatable)",
+        )
+        p.add_argument("--target", default="cpu")
+        p.add_argument("--threads", type=positive(int), default=None, help="default: all cores")
+        if name == "run":
+            p.add_argument("--repeat", type=positive(int), default=20, help="timed rounds")
+            p.add_argument("--compare", choices=["onnxruntime"], default=None)
+            p.add_argument("--seed", type=int, default=0)
+        p.set_defaults(func=func)

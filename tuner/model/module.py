@@ -1,0 +1,400 @@
+"""A compiled model: kernels in order over planned buffers, and ``compile_model``.
+
+>>> mod = tuner.compile_model("resnet50.onnx", log="tune.jsonl")
+>>> outs = mod.run({"data": x})          # the graph's outputs, in order
+>>> print(mod.summary())
+
+``compile_model`` imports the model (``tuner.graph.onnx_import``), optimizes
+it (``tuner.graph.passes``), fuses it (``tuner.graph.fusion``), turns each
+group into a task (``tuner.model.tasks``) and builds every distinct task once
+with its best record for the target and thread count (defaults, with one
+warning listing them, for tasks the logs do not cover). A model whose
+inputs have symbolic dimensions is compiled on first sight of each shape:
+from ``shapes=`` at once, or from the first call's arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..compile import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
+from ..graph.ir import FUSED, Graph, GraphError, Value
+from ..graph.ops import OpKind, opdef
+from ..target import Target
+from .plan import assign_offsets, lifetimes
+from .tasks import KernelSpec, extract
+
+__all__ = ["ModelInputError", "Module", "compile_model"]
+
+
+class ModelInputError(ValueError):
+    """Arrays given to ``Module.run`` that the model does not take (one line)."""
+
+
+def compile_model(
+    model: str | os.PathLike[str] | Any,
+    log: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    target: str | Target = "cpu",
+    fuse: bool = True,
+) -> Module:
+    """Compile an ONNX model (a path or an ``onnx.ModelProto``) into a runnable module.
+
+    ``log``: tuning logs (a file, a list, or a folder) whose best records the
+    kernels use. ``shapes`` gives symbolic input dimensions their values.
+    ``fuse=False`` builds one kernel per operator (the unfused baseline).
+    """
+    from ..graph.onnx_import import from_onnx
+
+    tgt = Target.from_name(target) if isinstance(target, str) else target
+    records = BestRecords(log) if log is not None else None  # type: ignore[arg-type]
+    graph = from_onnx(model, shapes)
+    return Module(model, graph, tgt, records, fuse)
+
+
+@dataclass(frozen=True)
+class TaskUse:
+    """A distinct task of the module: how often it runs and what it was built from."""
+
+    key: str
+    ops: str
+    weight: int
+    tuned: bool
+    #: The record's median time in seconds, when built from one.
+    record_time: float | None
+
+
+class Module:
+    """A model compiled for one target; ``run`` takes a dict of arrays like onnxruntime's."""
+
+    def __init__(
+        self,
+        source: Any,
+        graph: Graph,
+        target: Target,
+        records: BestRecords | None,
+        fuse: bool = True,
+    ):
+        self.target, self.records, self.fuse = target, records, fuse
+        self._source, self._graph = source, graph
+        self._plans: dict[tuple[tuple[int, ...], ...], _Plan] = {}
+        self._lock = threading.Lock()
+        self.input_names = list(graph.inputs)
+        self.output_names = list(graph.outputs)
+        if all(graph.values[i].static for i in graph.inputs):
+            plan = _Plan(graph, target, records, fuse)
+            self._plans[plan.signature] = plan
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The model's outputs for ``feeds`` (every input by name), in the graph's order."""
+        arrays = self._check(feeds)
+        plan = self._plan_for(arrays)
+        with self._lock:  # the planned buffers are shared by calls
+            return plan.run(arrays)
+
+    __call__ = run
+
+    def _check(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        unknown = sorted(set(feeds) - set(self.input_names))
+        if unknown:
+            raise ModelInputError(
+                f"the model has no input {unknown[0]!r}; its inputs are {', '.join(self.input_names)}"
+            )
+        arrays = []
+        for name in self.input_names:
+            if name not in feeds:
+                raise ModelInputError(f"input {name!r} is missing")
+            value = self._graph.values[name]
+            arr = np.asarray(feeds[name])
+            if arr.dtype.name != value.dtype:
+                raise ModelInputError(f"input {name!r} must be {value.dtype}, got {arr.dtype.name}")
+            if arr.ndim != len(value.shape) or any(
+                isinstance(d, int) and d != n for d, n in zip(value.shape, arr.shape, strict=True)
+            ):
+                want = "x".join(str(d) for d in value.shape)
+                got = "x".join(str(d) for d in arr.shape) or "a scalar"
+                raise ModelInputError(f"input {name!r} must have shape {want}, got {got}")
+            arrays.append(np.ascontiguousarray(arr))
+        return arrays
+
+    def _plan_for(self, arrays: list[np.ndarray]) -> _Plan:
+        sig = tuple(tuple(a.shape) for a in arrays)
+        plan = self._plans.get(sig)
+        if plan is None:
+            from ..graph.onnx_import import from_onnx
+
+            shapes = dict(zip(self.input_names, sig, strict=True))
+            graph = from_onnx(self._source, shapes)
+            plan = _Plan(graph, self.target, self.records, self.fuse)
+            self._plans[sig] = plan
+        return plan
+
+    # -- reporting -------------------------------------------------------------------
+
+    @property
+    def plans(self) -> list[_Plan]:
+        """One compiled plan per input shape seen (or given)."""
+        return list(self._plans.values())
+
+    def summary(self) -> str:
+        """Fused groups and their tasks: weight, tuned or default, and each one's time share."""
+        if not self._plans:
+            return "not compiled yet: the model has symbolic input dimensions (run it once)"
+        return "\n\n".join(p.summary() for p in self._plans.values())
+
+
+_Slot = int  # an index into a call's list of flat arrays
+
+
+class _Plan:
+    """The model compiled for one set of input shapes."""
+
+    def __init__(self, graph: Graph, target: Target, records: BestRecords | None, fuse: bool):
+        from ..graph.fusion import fuse as fuse_graph
+        from ..graph.passes import optimize
+
+        for name in graph.inputs:
+            if not graph.values[name].static:
+                raise GraphError(
+                    f"input {name!r} has symbolic shape {graph.values[name].type_text()}: "
+                    "give its dimensions (shapes=...) or run the model once"
+                )
+        started = time.perf_counter()
+        self.target = target
+        self.signature = tuple(tuple(int(d) for d in graph.values[i].shape) for i in graph.inputs)
+        self.graph = fuse_graph(optimize(graph), enabled=fuse)
+        specs, consts, new_values = extract(self.graph, target)
+        self.specs = specs
+        self.values: dict[str, Value] = {**self.graph.values, **new_values}
+        self.kernels, self.untuned, self.notes = _build_all(specs, records)
+        self._layout(consts)
+        self.compile_seconds = time.perf_counter() - started
+        self.step_seconds: list[float] | None = None
+        self._warn()
+
+    # -- building --------------------------------------------------------------------
+
+    def _layout(self, consts: Mapping[str, np.ndarray]) -> None:
+        """Storage for every value: inputs, constants, planned buffers and per-call outputs."""
+        g = self.graph
+        roots: dict[str, str] = {}
+        for node in g.nodes:
+            if node.op == FUSED:
+                continue
+            kind = opdef(node.op).kind
+            if kind is not OpKind.VIEW:
+                raise GraphError(f"{node.describe()} is left after fusion; it needs a kernel")
+            src = node.inputs[0]
+            for out in node.outputs[:1]:
+                roots[out] = roots.get(src, src)
+
+        def root_of(v: str) -> str:
+            return roots.get(v, v)
+
+        out_roots = {root_of(o) for o in g.outputs}
+        writes = {s.output: k for k, s in enumerate(self.specs)}
+        reads: dict[str, list[int]] = {}
+        for k, s in enumerate(self.specs):
+            for i in s.inputs:
+                reads.setdefault(i, []).append(k)
+        planned = [
+            r for r in dict.fromkeys(root_of(s.output) for s in self.specs) if r not in out_roots
+        ]
+        spans = lifetimes(writes, reads, roots)
+        from .plan import Interval
+
+        needs = [Interval(r, self._nbytes(r), *spans[r]) for r in planned if r in spans]
+        offsets, total = assign_offsets(needs)
+        self.arena = np.empty(max(total, 1), np.uint8)
+        self.arena_bytes = total
+
+        slots: dict[str, _Slot] = {}
+        base: list[Any] = []
+
+        def slot(root: str, array: Any) -> _Slot:
+            if root not in slots:
+                slots[root] = len(base)
+                base.append(array)
+            return slots[root]
+
+        self._input_slots = [slot(i, None) for i in g.inputs]
+        for r in planned:
+            v = self.values[r]
+            start = offsets[r]
+            view = self.arena[start : start + self._nbytes(r)].view(v.dtype)
+            slot(r, view)
+        self._out_roots = [
+            (slot(r, None), self.values[r].dtype, self.values[r].size)
+            for r in dict.fromkeys(root_of(o) for o in g.outputs)
+            if r not in g.inputs and not self.values[r].is_const and r not in consts
+        ]
+        for name, v in self.values.items():
+            if v.data is not None:
+                data = consts.get(name, v.data)
+                slot(name, np.ascontiguousarray(data).reshape(-1))
+        self._steps: list[tuple[Any, tuple[_Slot, ...]]] = []
+        for spec, kernel in zip(self.specs, self.kernels, strict=True):
+            args = (*spec.inputs, spec.output)
+            _check_args(spec, kernel, [self.values[a] for a in args])
+            fn = kernel.kernel._fn  # type: ignore[attr-defined]
+            self._steps.append((fn, tuple(slots[root_of(a)] for a in args)))
+        self._base = base
+        self._outputs = [(slots[root_of(o)], self.values[o]) for o in g.outputs]
+        #: Slots allocated per call: returned as they are; any other output is copied.
+        self._fresh = {k for k, _, _ in self._out_roots}
+
+    def _nbytes(self, name: str) -> int:
+        v = self.values[name]
+        return v.size * np.dtype(v.dtype).itemsize
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        env = list(self._base)
+        for k, arr in zip(self._input_slots, arrays, strict=True):
+            env[k] = arr.reshape(-1)
+        for k, dtype, size in self._out_roots:
+            env[k] = np.empty(size, dtype)
+        _set_threads(self.target)
+        for fn, idx in self._steps:
+            fn(*[env[i] for i in idx])
+        fresh = self._fresh
+        return [
+            (env[k] if k in fresh else np.array(env[k])).reshape(_dims(v)) for k, v in self._outputs
+        ]
+
+    def profile(self, arrays: Sequence[np.ndarray], repeat: int = 10) -> list[float]:
+        """Median seconds of each kernel over ``repeat`` runs (kept for ``summary``)."""
+        env = list(self._base)
+        for k, arr in zip(self._input_slots, arrays, strict=True):
+            env[k] = arr.reshape(-1)
+        for k, dtype, size in self._out_roots:
+            env[k] = np.empty(size, dtype)
+        _set_threads(self.target)
+        samples: list[list[float]] = [[] for _ in self._steps]
+        for _ in range(repeat):
+            for j, (fn, idx) in enumerate(self._steps):
+                args = [env[i] for i in idx]
+                t0 = time.perf_counter()
+                fn(*args)
+                samples[j].append(time.perf_counter() - t0)
+        self.step_seconds = [float(np.median(s)) for s in samples]
+        return self.step_seconds
+
+    # -- reporting -------------------------------------------------------------------
+
+    def tasks(self) -> list[TaskUse]:
+        uses: dict[str, TaskUse] = {}
+        for spec, kernel in zip(self.specs, self.kernels, strict=True):
+            key = spec.task.key
+            if key in uses:
+                u = uses[key]
+                uses[key] = TaskUse(key, u.ops, u.weight + 1, u.tuned, u.record_time)
+            else:
+                rec = kernel.record
+                uses[key] = TaskUse(
+                    key, spec.ops, 1, rec is not None, rec.median if rec is not None else None
+                )
+        return list(uses.values())
+
+    def summary(self) -> str:
+        shape = ", ".join("x".join(map(str, s)) for s in self.signature)
+        uses = self.tasks()
+        tuned = sum(u.tuned for u in uses)
+        lines = [
+            f"model {self.graph.name} for inputs {shape} on {self.target.kind} "
+            f"({self.target.threads} threads): {len(self.specs)} kernels, {len(uses)} tasks "
+            f"({tuned} tuned, {len(uses) - tuned} default), compiled in {self.compile_seconds:.1f} s, "
+            f"{self.arena_bytes / 2**20:.1f} MiB of planned buffers"
+        ]
+        share: dict[str, float] = {}
+        if self.step_seconds is not None:
+            total = sum(self.step_seconds) or 1.0
+            for spec, t in zip(self.specs, self.step_seconds, strict=True):
+                share[spec.task.key] = share.get(spec.task.key, 0.0) + t / total
+        lines.append(f"{'ops':<34} {'weight':>6}  {'schedule':<8} {'share':>6}  task")
+        order = sorted(uses, key=lambda u: -share.get(u.key, 0.0)) if share else uses
+        for u in order:
+            pct = f"{100 * share[u.key]:5.1f}%" if u.key in share else "     -"
+            ops = u.ops if len(u.ops) <= 34 else u.ops[:31] + "..."
+            key = u.key if len(u.key) <= 90 else u.key[:87] + "..."
+            lines.append(
+                f"{ops:<34} {u.weight:>6}  {'tuned' if u.tuned else 'default':<8} {pct}  {key}"
+            )
+        return "\n".join(lines)
+
+    def _warn(self) -> None:
+        if self.untuned:
+            shown = ", ".join(self.untuned[:5]) + (" ..." if len(self.untuned) > 5 else "")
+            warnings.warn(
+                f"{len(self.untuned)} of {len(self.tasks())} tasks have no tuning record on "
+                f"{self.target.kind} and use default schedules: {shown}",
+                UntunedWorkloadWarning,
+                stacklevel=5,
+            )
+        for note in self.notes:
+            warnings.warn(note, RecordChoiceWarning, stacklevel=5)
+
+
+def _dims(v: Value) -> tuple[int, ...]:
+    return tuple(int(d) for d in v.shape)
+
+
+def _build_all(
+    specs: Sequence[KernelSpec], records: BestRecords | None
+) -> tuple[list[Any], list[str], list[str]]:
+    """One kernel per distinct task; the untuned task keys and the record notes, collected."""
+    built: dict[str, Any] = {}
+    untuned: list[str] = []
+    notes: list[str] = []
+    for spec in specs:
+        key = spec.task.key
+        if key in built:
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            built[key] = build_task(spec.task, records)
+        if records is not None and built[key].record is None:
+            untuned.append(spec.ops)
+        notes.extend(str(w.message) for w in caught if issubclass(w.category, RecordChoiceWarning))
+    return [built[s.task.key] for s in specs], untuned, notes
+
+
+def _check_args(spec: KernelSpec, kernel: Any, values: Sequence[Value]) -> None:
+    """The kernel's buffers must take the values' element counts and dtypes (flat, row-major)."""
+    bufs = kernel.kernel.args
+    if len(bufs) != len(values):
+        raise GraphError(
+            f"kernel for {spec.ops} takes {len(bufs)} arrays, the model gives {len(values)}"
+        )
+    for buf, v in zip(bufs, values, strict=True):
+        size = int(np.prod([int(d) for d in buf.shape]))
+        if size != v.size or buf.dtype != v.dtype:
+            raise GraphError(
+                f"kernel for {spec.ops}: argument {buf.name} is {buf.dtype}[{size}], "
+                f"value {v.name} is {v.type_text()}"
+            )
+
+
+def _set_threads(target: Target) -> None:
+    threads = int(target.get("threads", 0))
+    if threads:
+        import numba
+
+        numba.set_num_threads(min(threads, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+
+
+def _path(p: Any) -> Path | None:
+    return Path(p) if isinstance(p, str | os.PathLike) else None
