@@ -430,6 +430,9 @@ def _lower_gather(ctx: LowerContext) -> list[Tensor]:
     axis = gather_axis(ctx.node, rank)
     n = data.shape_ints[axis]
     ind_rank = len(_out_shape(ctx)) - rank + 1
+    known = ctx.consts[1] if len(ctx.consts) > 1 else None
+    if known is not None and known.size and (known.min() < -n or known.max() >= n):
+        raise GraphError(f"{ctx.node.describe()} has an index out of range for extent {n}")
 
     def at(i: Index) -> Expr:
         k = _read(indices, i[axis : axis + ind_rank]).astype("int64")
