@@ -1,0 +1,333 @@
+"""Import an ONNX model as a :class:`~tuner.graph.Graph` (through the ``onnx`` package).
+
+The importer checks everything a later stage would trip over, so that a
+model this compiler cannot take fails here, in one sentence, before anything
+is built:
+
+1. load (a path, with external data from the model's folder, or a
+   ``ModelProto``);
+2. every node's operator must be supported (all nodes are checked first; the
+   first unsupported one is reported with its node and opset);
+3. ``onnx.checker``;
+4. default-domain opset: below 13 the model is converted to 13 with
+   ``onnx.version_converter``; 13 to 21 is taken as it is; above 21 is taken
+   too but is **untested** (operators that changed after 21 may be misread);
+5. ``shapes`` fixes symbolic or unknown input extents (``{"data": (8, 3, 224,
+   224)}``); extents left symbolic stay strings in ``Value.shape``;
+6. shape inference (``data_prop=True``, so shape arithmetic is propagated);
+   every value must end with a dtype this compiler has (float32, float64,
+   int8, int32, int64, bool) and a known rank.
+
+Initializers and ``Constant`` nodes become constant Values (owned, writable
+arrays); a graph input that is also an initializer is a constant, not an
+input. Attributes become plain Python values (int, float, str, tuples of
+them, np.ndarray for tensors); nodes without a name are named
+``f"{op}_{index}"`` and repeated names get a suffix.
+
+>>> g = from_onnx("model.onnx", shapes={"data": (1, 3, 224, 224)})  # doctest: +SKIP
+>>> g.inputs, g.opset  # doctest: +SKIP
+(('data',), 13)
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, numpy_helper
+
+from .ir import Dim, Graph, GraphError, Node, Value
+from .ops import supported
+from .ops.movement import constant_value
+
+__all__ = ["MIN_OPSET", "TESTED_OPSET", "from_onnx"]
+
+#: Models below this default-domain opset are converted to it.
+MIN_OPSET = 13
+#: The newest opset the operators are tested at; newer ones are taken untested.
+TESTED_OPSET = 21
+
+_DTYPES: dict[int, str] = {
+    TensorProto.FLOAT: "float32",
+    TensorProto.DOUBLE: "float64",
+    TensorProto.INT8: "int8",
+    TensorProto.INT32: "int32",
+    TensorProto.INT64: "int64",
+    TensorProto.BOOL: "bool",
+}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def from_onnx(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Graph:
+    """The model as a graph; GraphError (one sentence) for anything this compiler cannot take."""
+    proto = _load(model)
+    opset = _default_opset(proto)
+    _check_operators(proto, opset)
+    _check_model(proto)
+    if opset < MIN_OPSET:
+        proto = _convert(proto, opset)
+        opset = MIN_OPSET
+        _check_operators(proto, opset)
+    if shapes:
+        _fix_shapes(proto, shapes)
+    _name_unknown_extents(proto)
+    try:
+        proto = onnx.shape_inference.infer_shapes(
+            proto, check_type=True, strict_mode=True, data_prop=True
+        )
+    except Exception as exc:
+        raise GraphError(f"shape inference failed: {_first_line(exc)}") from None
+    return _Builder(proto, opset).graph()
+
+
+# -- loading and checking ------------------------------------------------------------
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _load(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)  # the caller's model is never changed
+        return proto
+    if not isinstance(model, str | os.PathLike):
+        raise GraphError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
+    path = os.fspath(model)
+    if not os.path.isfile(path):
+        why = "a folder, not a file" if os.path.isdir(path) else "no such file"
+        raise GraphError(f"cannot read ONNX model {path!r}: {why}")
+    try:
+        proto = onnx.load(path)  # external data is read from the model's folder
+    except Exception as exc:
+        raise GraphError(f"cannot read ONNX model {path!r}: {_first_line(exc)}") from None
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise GraphError(f"cannot read ONNX model {path!r}: not an ONNX model")
+    return proto
+
+
+def _default_opset(proto: onnx.ModelProto) -> int:
+    for entry in proto.opset_import:
+        if entry.domain in _DEFAULT_DOMAINS:
+            return int(entry.version)
+    raise GraphError("the model imports no opset of the default ONNX domain")
+
+
+def _node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+    """Non-empty, unique node names: ``f"{op}_{index}"`` for unnamed nodes, suffixes for repeats."""
+    taken = {n.name for n in nodes if n.name}
+    seen: set[str] = set()
+    out = []
+    for index, n in enumerate(nodes):
+        name = n.name or f"{n.op_type}_{index}"
+        if name in seen or (not n.name and name in taken):
+            name = next(f"{name}_{k}" for k in itertools.count(1) if f"{name}_{k}" not in taken)
+        seen.add(name)
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def _check_operators(proto: onnx.ModelProto, opset: int) -> None:
+    ops = set(supported())
+    versions = {e.domain: int(e.version) for e in proto.opset_import}
+    nodes = list(proto.graph.node)
+    for n, name in zip(nodes, _node_names(nodes), strict=True):
+        if n.domain in _DEFAULT_DOMAINS and n.op_type in ops:
+            continue
+        if n.domain in _DEFAULT_DOMAINS:
+            op, version = n.op_type, opset
+        else:
+            op, version = f"{n.domain}.{n.op_type}", versions.get(n.domain, 1)
+        raise GraphError(f"unsupported operator {op} (node {name!r}, opset {version})")
+
+
+def _check_model(proto: onnx.ModelProto) -> None:
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as exc:
+        raise GraphError(f"invalid ONNX model: {_first_line(exc)}") from None
+
+
+def _convert(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    try:
+        return onnx.version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as exc:
+        raise GraphError(
+            f"cannot convert the model from opset {opset} to {MIN_OPSET}: {_first_line(exc)}"
+        ) from None
+
+
+def _fix_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Give the named inputs' symbolic or unknown extents the values in ``shapes`` (in place)."""
+    graph = proto.graph
+    inits = {t.name for t in graph.initializer}
+    inputs = {i.name: i for i in graph.input if i.name not in inits}
+    symbols: dict[str, int] = {}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            known = ", ".join(inputs) or "none"
+            raise GraphError(f"shapes names {name!r}, which is not a graph input (inputs: {known})")
+        values = tuple(dims)
+        if not all(isinstance(d, int | np.integer) and d > 0 for d in values):
+            raise GraphError(f"shapes gives input {name!r} extents {values}; they must be positive")
+        ttype = inputs[name].type.tensor_type
+        if not ttype.HasField("shape"):
+            ttype.shape.SetInParent()
+            for _ in values:
+                ttype.shape.dim.add()
+        if len(ttype.shape.dim) != len(values):
+            raise GraphError(
+                f"input {name!r} has rank {len(ttype.shape.dim)}, "
+                f"but shapes gives {len(values)} extents {values}"
+            )
+        for axis, (dim, want) in enumerate(zip(ttype.shape.dim, values, strict=True)):
+            kind = dim.WhichOneof("value")
+            if kind == "dim_value" and dim.dim_value != want:
+                raise GraphError(
+                    f"input {name!r} has extent {dim.dim_value} in dimension {axis}, "
+                    f"but shapes gives {want}"
+                )
+            if kind == "dim_param" and symbols.setdefault(dim.dim_param, int(want)) != want:
+                raise GraphError(
+                    f"shapes gives symbol {dim.dim_param!r} two values: "
+                    f"{symbols[dim.dim_param]} and {want}"
+                )
+            dim.dim_value = int(want)
+    # The same symbol elsewhere (other inputs, declared outputs and value types) is the same extent.
+    for info in itertools.chain(graph.input, graph.output, graph.value_info):
+        for dim in info.type.tensor_type.shape.dim:
+            if dim.WhichOneof("value") == "dim_param" and dim.dim_param in symbols:
+                dim.dim_value = symbols[dim.dim_param]
+
+
+def _name_unknown_extents(proto: onnx.ModelProto) -> None:
+    """Give inputs' unknown extents symbols (``x_d0``) so inference carries them through."""
+    inits = {t.name for t in proto.graph.initializer}
+    for info in proto.graph.input:
+        if info.name in inits:
+            continue
+        for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+            if dim.WhichOneof("value") is None:
+                dim.dim_param = f"{info.name}_d{axis}"
+
+
+# -- building the graph ----------------------------------------------------------------
+
+
+def _dtype(elem_type: int, what: str) -> str:
+    dtype = _DTYPES.get(elem_type)
+    if dtype is None:
+        name = TensorProto.DataType.Name(elem_type).lower() if elem_type else "unknown"
+        supported_ = ", ".join(_DTYPES.values())
+        raise GraphError(f"{what} has dtype {name}, which is not supported ({supported_})")
+    return dtype
+
+
+def _array(tensor: TensorProto, what: str) -> np.ndarray:
+    if tensor.data_location == TensorProto.EXTERNAL:
+        raise GraphError(f"{what} keeps its data in an external file; import the model by its path")
+    _dtype(tensor.data_type, what)
+    try:
+        return np.array(numpy_helper.to_array(tensor), copy=True)
+    except Exception as exc:
+        raise GraphError(f"{what} cannot be read: {_first_line(exc)}") from None
+
+
+class _Builder:
+    """Turns an inferred, checked model into the IR (one pass over its graph)."""
+
+    def __init__(self, proto: onnx.ModelProto, opset: int):
+        self.g = proto.graph
+        self.opset = opset
+        self.types = {i.name: i.type for i in (*self.g.input, *self.g.value_info, *self.g.output)}
+        self.unknown = itertools.count()
+
+    def graph(self) -> Graph:
+        g = self.g
+        if g.sparse_initializer:
+            raise GraphError(
+                f"sparse initializer {g.sparse_initializer[0].values.name!r} is not supported"
+            )
+        values: dict[str, Value] = {}
+        for t in g.initializer:
+            values[t.name] = Value.const(t.name, _array(t, f"initializer {t.name!r}"))
+        inputs = [
+            self.value(i.name, f"graph input {i.name!r}") for i in g.input if i.name not in values
+        ]
+        nodes: list[Node] = []
+        protos = list(g.node)
+        for n, name in zip(protos, _node_names(protos), strict=True):
+            node = Node(n.op_type, tuple(n.input), tuple(n.output), self.attrs(n, name), name)
+            if node.op == "Constant":
+                data = constant_value(node)
+                _dtype(_elem_type(data), f"{node.describe()} value")
+                values[node.outputs[0]] = Value.const(node.outputs[0], data)
+                continue
+            for out in node.outputs:
+                if out:
+                    values[out] = self.value(out, f"value {out!r} (output of {node.describe()})")
+            nodes.append(node)
+        outputs = [o.name for o in g.output]
+        return Graph.make(inputs, nodes, values.values(), outputs, self.opset, g.name or "graph")
+
+    def value(self, name: str, what: str) -> Value:
+        t = self.types.get(name)
+        if t is None or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.elem_type:
+            raise GraphError(f"the type of {what} cannot be inferred")
+        tt = t.tensor_type
+        if not tt.HasField("shape"):
+            raise GraphError(f"the rank of {what} cannot be inferred")
+        shape: list[Dim] = []
+        for dim in tt.shape.dim:
+            kind = dim.WhichOneof("value")
+            if kind == "dim_value":
+                if dim.dim_value <= 0:
+                    raise GraphError(
+                        f"{what} has an empty dimension; zero-size tensors are not supported"
+                    )
+                shape.append(int(dim.dim_value))
+            else:  # symbolic, or unknown: a fresh symbol the module resolves later
+                shape.append(dim.dim_param if kind == "dim_param" else f"unk__{next(self.unknown)}")
+        return Value(name, _dtype(tt.elem_type, what), tuple(shape))
+
+    def attrs(self, n: onnx.NodeProto, name: str) -> dict[str, Any]:
+        return {a.name: _attr_value(a, f"{n.op_type} node {name!r}") for a in n.attribute}
+
+
+def _elem_type(data: np.ndarray) -> int:
+    try:
+        return int(onnx.helper.np_dtype_to_tensor_dtype(data.dtype))
+    except Exception:
+        return 0
+
+
+def _attr_value(a: AttributeProto, where: str) -> Any:
+    """An attribute as a plain Python value: int, float, str, tuple of them, or np.ndarray."""
+    kind = a.type
+    if kind == AttributeProto.INT:
+        return int(a.i)
+    if kind == AttributeProto.FLOAT:
+        return float(a.f)
+    if kind == AttributeProto.STRING:
+        return a.s.decode("utf-8")
+    if kind == AttributeProto.INTS:
+        return tuple(int(v) for v in a.ints)
+    if kind == AttributeProto.FLOATS:
+        return tuple(float(v) for v in a.floats)
+    if kind == AttributeProto.STRINGS:
+        return tuple(s.decode("utf-8") for s in a.strings)
+    if kind == AttributeProto.TENSOR:
+        return _array(a.t, f"{where} attribute {a.name!r}")
+    what = AttributeProto.AttributeType.Name(kind).lower()
+    raise GraphError(f"{where} has a {what} attribute {a.name!r}, which is not supported")
