@@ -1,0 +1,191 @@
+"""Whole models beside onnxruntime, PyTorch eager and torch.compile, in one process.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \\
+        python experiments/bench_models.py --models resnet50,mobilenet_v2,encoder --threads 1,2
+
+Each model (``experiments/models.py``: random weights, batch 1, exported once
+to experiments/out/models/) is compiled by this project (default schedules,
+or the best records of ``--log``), and run beside onnxruntime
+(``intra_op_num_threads`` = the same thread count) and, where torch is
+installed, PyTorch eager and ``torch.compile``, at each thread count. Before
+timing, every output is checked against onnxruntime (rtol 1e-3). Timing is
+``tuner.measure.interleave``: every side in blocks of back-to-back calls after
+a rest and a warm-up, rounds interleaved in a rotating order, medians.
+
+Compile times come from fresh processes: "cold" into an empty kernel cache,
+"cached" a second process on the same cache (the cost a user pays again).
+"per launch" is the module's own cost between kernels: the run's median less
+the sum of its kernels' medians (``Module`` profile), divided by the number
+of kernels. Ratios are peer time / this project's time (above 1: faster).
+Writes experiments/out/bench_models.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "experiments" / "out"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+CHILD = """
+import json, sys, time, warnings
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter()
+import tuner
+from tuner.target import Target
+t1 = time.perf_counter()
+warnings.simplefilter("ignore")
+mod = tuner.compile_model({path!r}, {log!r}, target=Target.from_name("cpu", num_threads={threads}))
+t2 = time.perf_counter()
+print(json.dumps({{"import": t1 - t0, "compile": t2 - t1, "kernels": len(mod.plans[0].specs)}}))
+"""
+
+
+def model_path(name: str) -> Path:
+    path = OUT / "models" / f"{name}.onnx"
+    if not path.exists():
+        from models import export
+
+        export(name, path)
+    return path
+
+
+def timed_compile(path: Path, log: str | None, threads: int, cache: str) -> dict[str, float]:
+    """compile_model in a fresh process with the kernel cache at ``cache``."""
+    env = {**os.environ, "TUNER_CACHE_DIR": cache}
+    code = CHILD.format(root=str(ROOT), path=str(path), log=log, threads=threads)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def peers(path: Path, name: str, threads: int, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    fns: dict[str, Any] = {"onnxruntime": lambda: sess.run(None, feeds)}
+    try:
+        import torch
+        from models import build
+    except ImportError:
+        return {"fns": fns, "sess": sess}
+    torch.set_num_threads(threads)
+    model, _ = build(name)
+    x = torch.from_numpy(next(iter(feeds.values())))
+
+    def eager() -> Any:
+        with torch.inference_mode():
+            return model(x)
+
+    compiled = torch.compile(model)
+
+    def comp() -> Any:
+        with torch.inference_mode():
+            return compiled(x)
+
+    comp()  # compile outside the timed blocks
+    fns["torch"] = eager
+    fns["torch.compile"] = comp
+    return {"fns": fns, "sess": sess}
+
+
+def bench(name: str, threads: int, rounds: int, log: str | None) -> dict[str, Any]:
+    import warnings
+
+    import tuner
+    from tuner.measure.interleave import interleaved, medians
+    from tuner.target import Target
+
+    path = model_path(name)
+    with tempfile.TemporaryDirectory() as cache:
+        cold = timed_compile(path, log, threads, cache)
+        cached = timed_compile(path, log, threads, cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = tuner.compile_model(path, log, target=Target.from_name("cpu", num_threads=threads))
+    plan = mod.plans[0]
+    rng = np.random.default_rng(0)
+    feeds = {
+        n: rng.standard_normal(s).astype(np.float32)
+        for n, s in zip(mod.input_names, plan.signature, strict=True)
+    }
+    p = peers(path, name, threads, feeds)
+    want = p["sess"].run(None, feeds)
+    got = mod.run(feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3)
+    fns = {"tuner": lambda: mod.run(feeds), **p["fns"]}
+    times = medians(interleaved(fns, rounds=rounds))
+    kernels = sum(plan.profile(list(feeds.values()), repeat=10))
+    launches = len(plan.specs)
+    row: dict[str, Any] = {
+        "model": name,
+        "threads": threads,
+        "kernels": launches,
+        "tasks": len(plan.tasks()),
+        "tuned_tasks": sum(u.tuned for u in plan.tasks()),
+        "cold_compile_s": round(cold["compile"], 2),
+        "cached_compile_s": round(cached["compile"], 2),
+        "import_s": round(cached["import"], 2),
+        "per_launch_us": round(max(0.0, times["tuner"] - kernels) / launches * 1e6, 2),
+    }
+    for k, t in times.items():
+        row[f"{k}_ms"] = round(t * 1e3, 3)
+        if k != "tuner":
+            row[f"x_{k}"] = round(t / times["tuner"], 2)
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--models", default="resnet50,mobilenet_v2,encoder")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--log", default=None, help="tuning log(s) whose best records to use")
+    p.add_argument("--out", type=Path, default=OUT / "bench_models.csv")
+    ns = p.parse_args()
+    rows = []
+    for name in ns.models.split(","):
+        for t in (int(x) for x in ns.threads.split(",")):
+            row = bench(name, t, ns.rounds, ns.log)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    fields = sorted(
+        {k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99
+    )
+    with ns.out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    cols = ["model", "threads", "tuner_ms", "onnxruntime_ms", "x_onnxruntime"]
+    cols += [
+        c for c in ("torch_ms", "x_torch", "torch.compile_ms", "x_torch.compile") if c in fields
+    ]
+    cols += ["kernels", "per_launch_us", "cold_compile_s", "cached_compile_s"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+
+
+if __name__ == "__main__":
+    main()
