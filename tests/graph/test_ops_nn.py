@@ -241,6 +241,12 @@ def test_max_pool_auto_pad(auto_pad: str, ceil_mode: int) -> None:
     check_op("MaxPool", [rand(1, 2, 7, 8)], attrs, lower=False)
 
 
+def test_pool_same_padding_with_dilations_is_a_graph_error() -> None:
+    attrs = {"kernel_shape": (2,), "dilations": (2,), "auto_pad": "SAME_UPPER"}
+    with pytest.raises(GraphError, match="dilations"):
+        evaluate("AveragePool", [rand(1, 1, 6)], attrs)
+
+
 def test_max_pool_indices_output_is_a_graph_error() -> None:
     with pytest.raises(GraphError, match="only its first output"):
         evaluate("MaxPool", [rand(1, 1, 4, 4)], {"kernel_shape": (2, 2)}, n_outputs=2)

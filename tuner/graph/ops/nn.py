@@ -12,7 +12,9 @@ window follows ONNX's arithmetic, per spatial axis::
 
 ``auto_pad`` SAME_UPPER / SAME_LOWER pads ``need = max(0, (ceil(in / stride) - 1) * stride
 + span - in)`` in all, the odd one at the end (UPPER) or the beginning (LOWER);
-VALID pads nothing. In ceil mode a last window that would start in the end
+VALID pads nothing (Conv follows the spec for SAME with dilations, which
+onnxruntime rejects; pools refuse it, as onnxruntime's answer differs from the
+spec's). In ceil mode a last window that would start in the end
 padding is dropped (``(out - 1) * stride >= in + pad_begin``), as onnxruntime
 does.
 
@@ -331,6 +333,9 @@ def pool_params(node: Node, x_shape: Sequence[Dim]) -> PoolParams:
     strides = _ints(node, "strides", 1, n)
     dilations = _ints(node, "dilations", 1, n)
     ceil_mode = bool(node.attr("ceil_mode", 0))
+    if _auto_pad(node).startswith("SAME") and max(dilations) > 1:
+        # onnxruntime pads for the undilated kernel here, against the spec: no answer is safe.
+        raise GraphError(f"{node.describe()} combines auto_pad SAME with dilations; not supported")
     pb, pe, out = _window(node, x[2:], kernel, strides, dilations, ceil_mode)
     include = bool(node.attr("count_include_pad", 0))
     return PoolParams(kernel, strides, pb, pe, dilations, ceil_mode, include, out)
