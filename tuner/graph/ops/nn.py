@@ -1,0 +1,879 @@
+"""Neural-network operators: convolutions, pools, local response and batch/instance norms.
+
+The parameter readers (:func:`conv_params`, :func:`conv_transpose_params`,
+:func:`pool_params`) are the one place that reads these operators'
+attributes: they fill ONNX's defaults, resolve ``auto_pad`` from the input
+shape and compute the output's spatial extents, so the NumPy evaluation, the
+te lowering and the choice of a template (task extraction) agree. Every
+window follows ONNX's arithmetic, per spatial axis::
+
+    span = (kernel - 1) * dilation + 1
+    out  = floor((in + pad_begin + pad_end - span) / stride) + 1          (ceil in ceil_mode)
+
+``auto_pad`` SAME_UPPER / SAME_LOWER pads ``need = max(0, (ceil(in / stride) - 1) * stride
++ span - in)`` in all, the odd one at the end (UPPER) or the beginning (LOWER);
+VALID pads nothing (Conv follows the spec for SAME with dilations, which
+onnxruntime rejects; pools refuse it, as onnxruntime's answer differs from the
+spec's). In ceil mode a last window that would start in the end
+padding is dropped (``(out - 1) * stride >= in + pad_begin``), as onnxruntime
+does.
+
+The lowerings are the plain definitions, for correctness (the fast paths are
+the templates in ``search_spaces``): padding is a stage ``<name>_pad`` that
+reads the input under ``te.if_then_else``; a window is a reduction over
+``te.reduce_axis`` per kernel axis::
+
+    pad[n, c, h, w]  = X[n, c, h - pb_h, w - pb_w] inside X, else 0 (-inf for MaxPool)
+    conv[n, m, y, x] = sum over c < C/group, r, s of
+                       pad[n, (m // (M/group)) * C/group + c, y*s_h + r*d_h, x*s_w + s*d_w] * W[m, c, r, s]
+    Y = conv + B[m]                                                   (a stage of its own)
+
+>>> p = conv_params(Node("Conv", ("x", "w"), ("y",), {"pads": (1, 1, 1, 1)}), (1, 3, 8, 8), (4, 3, 3, 3))
+>>> p.out_spatial, p.uniform()
+((8, 8), (1, 1, 1))
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import te
+from ...te import Tensor
+from ..ir import Dim, GraphError, Node
+from . import LowerContext, OpKind, register
+
+__all__ = [
+    "ConvParams",
+    "ConvTransposeParams",
+    "PoolParams",
+    "conv_params",
+    "conv_transpose_params",
+    "pool_params",
+]
+
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+# -- parameter readers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """A Conv node's window, per spatial axis, with ONNX's defaults filled and auto_pad resolved.
+
+    ``kernel`` comes from the weight's shape; ``out_spatial`` is the output's
+    spatial extents (the output is ``(N, M, *out_spatial)``).
+    """
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    dilations: tuple[int, ...]
+    group: int
+    out_spatial: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        """Number of spatial axes (1 for Conv1d, 2 for Conv2d)."""
+        return len(self.kernel)
+
+    def uniform(self) -> tuple[int, int, int] | None:
+        """``(stride, pad, dilation)`` when each is one number on every axis and pads are
+        symmetric (what the conv2d templates take), else None."""
+        return _uniform(self.strides, self.pads_begin, self.pads_end, self.dilations)
+
+
+@dataclass(frozen=True)
+class ConvTransposeParams:
+    """A ConvTranspose node's window (ONNX defaults filled, pads resolved from auto_pad or
+    output_shape); the output is ``(N, W.shape[1] * group, *out_spatial)``."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    dilations: tuple[int, ...]
+    group: int
+    output_padding: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.kernel)
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    """A MaxPool / AveragePool node's window (ONNX defaults filled, auto_pad resolved).
+
+    ``count_include_pad`` only matters to AveragePool: when set, the divisor
+    counts the window's taps inside the padded input (``[-pad_begin, in +
+    pad_end)``), else those inside the input; ceil mode's overhang past the
+    end padding never counts. The output is ``(N, C, *out_spatial)``.
+    """
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    dilations: tuple[int, ...]
+    ceil_mode: bool
+    count_include_pad: bool
+    out_spatial: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.kernel)
+
+    def uniform(self) -> tuple[int, int, int] | None:
+        """``(stride, pad, dilation)`` when each is one number on every axis and pads are
+        symmetric, else None."""
+        return _uniform(self.strides, self.pads_begin, self.pads_end, self.dilations)
+
+
+def _uniform(*per_axis: tuple[int, ...]) -> tuple[int, int, int] | None:
+    strides, pb, pe, dil = per_axis
+    if len({*strides}) == 1 and len({*pb, *pe}) == 1 and len({*dil}) == 1:
+        return strides[0], pb[0], dil[0]
+    return None
+
+
+def _static(node: Node, shape: Sequence[Dim], what: str) -> tuple[int, ...]:
+    if not all(isinstance(d, int) for d in shape):
+        raise GraphError(f"{node.describe()} needs a static {what} shape, got {tuple(shape)}")
+    return tuple(int(d) for d in shape)
+
+
+def _ints(node: Node, key: str, default: int, n: int) -> tuple[int, ...]:
+    value = node.attr(key)
+    if value is None:
+        return (default,) * n
+    out = tuple(int(v) for v in value)
+    if len(out) != n:
+        raise GraphError(f"{node.describe()} has {key}={list(out)}, expected {n} values")
+    if any(v < 0 for v in out) or (key in ("strides", "dilations") and min(out) < 1):
+        raise GraphError(f"{node.describe()} has an out-of-range {key}={list(out)}")
+    return out
+
+
+def _auto_pad(node: Node) -> str:
+    auto = str(node.attr("auto_pad", "NOTSET"))
+    if auto not in _AUTO_PADS:
+        raise GraphError(f"{node.describe()} has unknown auto_pad {auto!r}")
+    return auto
+
+
+def _window(
+    node: Node,
+    spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    ceil_mode: bool = False,
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """``(pads_begin, pads_end, out_spatial)`` of a Conv or pool window (see the module doc)."""
+    n = len(spatial)
+    auto = _auto_pad(node)
+    if auto == "NOTSET":
+        pads = _ints(node, "pads", 0, 2 * n)
+        pb, pe = pads[:n], pads[n:]
+    elif auto == "VALID":
+        pb = pe = (0,) * n
+    else:
+        need = [
+            max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
+            for i, k, s, d in zip(spatial, kernel, strides, dilations, strict=True)
+        ]
+        small = tuple(t // 2 for t in need)
+        big = tuple(t - t // 2 for t in need)
+        pb, pe = (small, big) if auto == "SAME_UPPER" else (big, small)
+    out = []
+    for i, k, s, d, b, e in zip(spatial, kernel, strides, dilations, pb, pe, strict=True):
+        room = i + b + e - ((k - 1) * d + 1)
+        if room < 0:
+            raise GraphError(
+                f"{node.describe()}: the window (kernel {k}, dilation {d}) does not fit "
+                f"the padded input extent {i + b + e}"
+            )
+        o = (-(-room // s) if ceil_mode else room // s) + 1
+        if ceil_mode and (o - 1) * s >= i + b:
+            o -= 1
+        out.append(o)
+    return pb, pe, tuple(out)
+
+
+def _kernel(node: Node, w_spatial: tuple[int, ...]) -> tuple[int, ...]:
+    given = node.attr("kernel_shape")
+    if given is not None and tuple(int(k) for k in given) != w_spatial:
+        raise GraphError(
+            f"{node.describe()} has kernel_shape={list(given)} but its weight's window is "
+            f"{list(w_spatial)}"
+        )
+    return w_spatial
+
+
+def _conv_shapes(
+    node: Node, x_shape: Sequence[Dim], w_shape: Sequence[Dim], transpose: bool
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The static input and weight shapes and the group, checked against each other."""
+    x = _static(node, x_shape, "input")
+    w = _static(node, w_shape, "weight")
+    group = int(node.attr("group", 1))
+    if len(x) < 3 or len(w) != len(x):
+        raise GraphError(
+            f"{node.describe()} needs an input of rank 3 or more and a weight of the same rank, "
+            f"got {x} and {w}"
+        )
+    fits = w[0] == x[1] if transpose else w[0] % group == 0 and w[1] * group == x[1]
+    if group < 1 or x[1] % group or not fits:
+        raise GraphError(
+            f"{node.describe()}: group={group} does not fit {x[1]} input channels and a weight "
+            f"of shape {w}"
+        )
+    return x, w, group
+
+
+def conv_params(node: Node, x_shape: Sequence[Dim], w_shape: Sequence[Dim]) -> ConvParams:
+    """The window of Conv ``node`` with input ``X[N, C, *spatial]`` and weight ``W[M, C/group, *kernel]``.
+
+    >>> n = Node("Conv", ("x", "w"), ("y",), {"strides": (2,), "auto_pad": "SAME_UPPER"})
+    >>> p = conv_params(n, (1, 2, 7), (4, 2, 3))
+    >>> p.pads_begin, p.pads_end, p.out_spatial
+    ((1,), (1,), (4,))
+    """
+    x, w, group = _conv_shapes(node, x_shape, w_shape, transpose=False)
+    n = len(x) - 2
+    kernel = _kernel(node, w[2:])
+    strides = _ints(node, "strides", 1, n)
+    dilations = _ints(node, "dilations", 1, n)
+    pb, pe, out = _window(node, x[2:], kernel, strides, dilations)
+    return ConvParams(kernel, strides, pb, pe, dilations, group, out)
+
+
+def conv_transpose_params(
+    node: Node, x_shape: Sequence[Dim], w_shape: Sequence[Dim]
+) -> ConvTransposeParams:
+    """The window of ConvTranspose ``node``: input ``X[N, C, *spatial]``, weight
+    ``W[C, M/group, *kernel]``.
+
+    Output extent per axis: ``stride * (in - 1) + output_padding + span - pad_begin -
+    pad_end``. With ``output_shape`` (its last ``rank`` entries) the total padding
+    is whatever gives that extent (none if the extent is larger: zeros are added
+    at the end); SAME_UPPER / SAME_LOWER pad for an extent of ``in * stride``
+    (none if the extent is larger: then it stays the unpadded extent). Such
+    a total is split as onnxruntime does: the odd one at the end for SAME_UPPER,
+    at the beginning otherwise. ``output_padding`` must be less than the stride
+    (onnxruntime's rule).
+    """
+    x, w, group = _conv_shapes(node, x_shape, w_shape, transpose=True)
+    n = len(x) - 2
+    kernel = _kernel(node, w[2:])
+    strides = _ints(node, "strides", 1, n)
+    dilations = _ints(node, "dilations", 1, n)
+    adj = _ints(node, "output_padding", 0, n)
+    if any(a >= s for a, s in zip(adj, strides, strict=True)):
+        raise GraphError(
+            f"{node.describe()} has output_padding={list(adj)}, not less than its "
+            f"strides={list(strides)}"
+        )
+    full = tuple(
+        s * (i - 1) + a + (k - 1) * d + 1
+        for i, k, s, d, a in zip(x[2:], kernel, strides, dilations, adj, strict=True)
+    )
+    auto = _auto_pad(node)
+    target: tuple[int, ...] | None = None
+    if node.attr("output_shape") is not None:
+        shape = tuple(int(v) for v in node.attr("output_shape"))
+        if len(shape) < n:
+            raise GraphError(f"{node.describe()} has output_shape={list(shape)} of too few axes")
+        target = shape[len(shape) - n :]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = tuple(i * s for i, s in zip(x[2:], strides, strict=True))
+    if target is not None:
+        total = [max(0, f - t) for f, t in zip(full, target, strict=True)]
+        big = tuple(t - t // 2 for t in total)
+        small = tuple(t // 2 for t in total)
+        pb, pe = (small, big) if auto == "SAME_UPPER" else (big, small)
+    elif auto == "VALID":
+        pb = pe = (0,) * n
+    else:
+        pads = _ints(node, "pads", 0, 2 * n)
+        pb, pe = pads[:n], pads[n:]
+    out = tuple(f - b - e for f, b, e in zip(full, pb, pe, strict=True))
+    if node.attr("output_shape") is not None:
+        out = target or out
+    if min(out) < 1:
+        raise GraphError(f"{node.describe()} has an empty output (spatial extents {list(out)})")
+    return ConvTransposeParams(kernel, strides, pb, pe, dilations, group, adj, out)
+
+
+def pool_params(node: Node, x_shape: Sequence[Dim]) -> PoolParams:
+    """The window of MaxPool / AveragePool ``node`` over ``X[N, C, *spatial]``.
+
+    >>> pool_params(Node("MaxPool", ("x",), ("y",), {"kernel_shape": (3, 3), "strides": (2, 2),
+    ...             "ceil_mode": 1}), (1, 1, 6, 6)).out_spatial
+    (3, 3)
+    """
+    x = _static(node, x_shape, "input")
+    if len(x) < 3:
+        raise GraphError(f"{node.describe()} needs an input of rank 3 or more, got {x}")
+    n = len(x) - 2
+    if node.attr("kernel_shape") is None:
+        raise GraphError(f"{node.describe()} has no kernel_shape")
+    kernel = _ints(node, "kernel_shape", 1, n)
+    if min(kernel) < 1:
+        raise GraphError(f"{node.describe()} has kernel_shape={list(kernel)}")
+    strides = _ints(node, "strides", 1, n)
+    dilations = _ints(node, "dilations", 1, n)
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+    if _auto_pad(node).startswith("SAME") and max(dilations) > 1:
+        # onnxruntime pads for the undilated kernel here, against the spec: no answer is safe.
+        raise GraphError(f"{node.describe()} combines auto_pad SAME with dilations; not supported")
+    pb, pe, out = _window(node, x[2:], kernel, strides, dilations, ceil_mode)
+    include = bool(node.attr("count_include_pad", 0))
+    return PoolParams(kernel, strides, pb, pe, dilations, ceil_mode, include, out)
+
+
+# -- NumPy evaluations ---------------------------------------------------------------------
+
+
+def _taps(
+    offsets: tuple[int, ...],
+    out: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> tuple[slice, ...]:
+    """The strided slice of a padded array that kernel tap ``offsets`` reads for every output."""
+    return tuple(
+        slice(r * d, r * d + (o - 1) * s + 1, s)
+        for r, o, s, d in zip(offsets, out, strides, dilations, strict=True)
+    )
+
+
+def _weight_tap(w: np.ndarray, offs: tuple[int, ...]) -> np.ndarray:
+    """The weights of kernel tap ``offs`` (its trailing axes)."""
+    index: tuple[Any, ...] = (Ellipsis, *offs)
+    return w[index]
+
+
+def _pad_np(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], fill: float) -> np.ndarray:
+    widths = [(0, 0)] * (x.ndim - len(pb)) + list(zip(pb, pe, strict=True))
+    return np.pad(x, widths, constant_values=fill) if any(pb) or any(pe) else x
+
+
+def _conv_np(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, p: ConvParams) -> np.ndarray:
+    n, c = x.shape[:2]
+    g, m = p.group, w.shape[0]
+    xp = _pad_np(x.astype(np.float64), p.pads_begin, p.pads_end, 0.0)
+    wg = w.astype(np.float64).reshape(g, m // g, c // g, *p.kernel)
+    acc = np.zeros((n, g, m // g, *p.out_spatial))
+    for offs in itertools.product(*(range(k) for k in p.kernel)):
+        patch = xp[(slice(None), slice(None), *_taps(offs, p.out_spatial, p.strides, p.dilations))]
+        tap = _weight_tap(wg, offs)
+        acc += np.einsum("ngc...,gmc->ngm...", patch.reshape(n, g, c // g, *p.out_spatial), tap)
+    y = acc.reshape(n, m, *p.out_spatial)
+    if b is not None:
+        y += b.astype(np.float64).reshape(m, *(1,) * p.rank)
+    return y.astype(x.dtype)
+
+
+def _conv_transpose_np(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, p: ConvTransposeParams
+) -> np.ndarray:
+    n, c, *spatial = x.shape
+    g, mg = p.group, w.shape[1]
+    xg = x.astype(np.float64).reshape(n, g, c // g, *spatial)
+    wg = w.astype(np.float64).reshape(g, c // g, mg, *p.kernel)
+    extent = [
+        max(s * (i - 1) + (k - 1) * d + 1, pb + o)
+        for i, k, s, d, pb, o in zip(
+            spatial, p.kernel, p.strides, p.dilations, p.pads_begin, p.out_spatial, strict=True
+        )
+    ]
+    acc = np.zeros((n, g, mg, *extent))
+    for offs in itertools.product(*(range(k) for k in p.kernel)):
+        tap = _weight_tap(wg, offs)
+        where = (slice(None),) * 3 + _taps(offs, tuple(spatial), p.strides, p.dilations)
+        acc[where] += np.einsum("ngc...,gcm->ngm...", xg, tap)
+    crop = tuple(slice(b, b + o) for b, o in zip(p.pads_begin, p.out_spatial, strict=True))
+    y = acc[(slice(None),) * 3 + crop].reshape(n, g * mg, *p.out_spatial)
+    if b is not None:
+        y = y + b.astype(np.float64).reshape(g * mg, *(1,) * p.rank)
+    return y.astype(x.dtype)
+
+
+def _overhang(p: PoolParams, spatial: Sequence[int]) -> tuple[int, ...]:
+    """Extra end padding that ceil mode's last window reaches past ``pads_end``."""
+    return tuple(
+        max(0, (o - 1) * s + (k - 1) * d + 1 - (i + b + e))
+        for i, k, s, d, b, e, o in zip(
+            spatial, p.kernel, p.strides, p.dilations, p.pads_begin, p.pads_end, p.out_spatial,
+            strict=True,
+        )
+    )  # fmt: skip
+
+
+def _bounds(p: PoolParams, j: int, extent: int) -> tuple[int, int]:
+    """The input positions an average counts on axis ``j``: ``[lo, hi)``."""
+    if p.count_include_pad:
+        return -p.pads_begin[j], extent + p.pads_end[j]
+    return 0, extent
+
+
+def _axis_counts(p: PoolParams, j: int, extent: int) -> np.ndarray:
+    """How many taps of each window on axis ``j`` an average counts (at least 1)."""
+    lo, hi = _bounds(p, j, extent)
+    k, s, d = p.kernel[j], p.strides[j], p.dilations[j]
+    pos = np.arange(p.out_spatial[j])[:, None] * s - p.pads_begin[j] + np.arange(k)[None, :] * d
+    return np.maximum(((pos >= lo) & (pos < hi)).sum(axis=1), 1)
+
+
+def _counts_np(p: PoolParams, spatial: Sequence[int]) -> np.ndarray:
+    """The divisor of each AveragePool output: the product of the axes' counts."""
+    total = np.ones((), np.float64)
+    for j, extent in enumerate(spatial):
+        total = np.multiply.outer(total, _axis_counts(p, j, extent).astype(np.float64))
+    return total
+
+
+def _pool_np(x: np.ndarray, p: PoolParams, kind: str) -> np.ndarray:
+    spatial = x.shape[2:]
+    ends = [e + h for e, h in zip(p.pads_end, _overhang(p, spatial), strict=True)]
+    if kind == "max":
+        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        xp = _pad_np(x, p.pads_begin, ends, fill)
+    else:
+        xp = _pad_np(x.astype(np.float64), p.pads_begin, ends, 0.0)
+    acc: np.ndarray | None = None
+    for offs in itertools.product(*(range(k) for k in p.kernel)):
+        patch = xp[(slice(None), slice(None), *_taps(offs, p.out_spatial, p.strides, p.dilations))]
+        if acc is None:
+            acc = patch.copy()
+        elif kind == "max":
+            np.maximum(acc, patch, out=acc)
+        else:
+            acc += patch
+    assert acc is not None
+    if kind == "max":
+        return acc
+    return (acc / _counts_np(p, spatial)).astype(x.dtype)
+
+
+def _one_output(node: Node) -> None:
+    if any(node.outputs[1:]):
+        raise GraphError(f"{node.describe()}: only its first output is supported")
+
+
+def _float(node: Node, x: np.ndarray | Tensor) -> None:
+    dtype = x.dtype if isinstance(x, Tensor) else x.dtype.name
+    if dtype not in ("float32", "float64"):
+        raise GraphError(f"{node.describe()} takes float32 or float64 inputs, got {dtype}")
+
+
+def _optional(arrays: Sequence[np.ndarray | None], i: int) -> np.ndarray | None:
+    return arrays[i] if i < len(arrays) else None
+
+
+# -- te lowerings: shared pieces ---------------------------------------------------------
+
+
+def _all(conds: Sequence[te.Expr]) -> te.Expr | None:
+    return functools.reduce(lambda a, b: a & b, conds) if conds else None
+
+
+def _padded(
+    ctx: LowerContext, x: Tensor, pb: Sequence[int], pe: Sequence[int], fill: float
+) -> Tensor:
+    """``x`` padded by ``pb`` / ``pe`` on its trailing axes with ``fill`` (``x`` itself if no pad)."""
+    if not any(pb) and not any(pe):
+        return x
+    shape = x.shape_ints
+    lead = len(shape) - len(pb)
+    padded = shape[:lead] + tuple(n + b + e for n, b, e in zip(shape[lead:], pb, pe, strict=True))
+
+    def body(*i: te.Expr) -> te.Expr:
+        idx, conds = list(i[:lead]), []
+        for v, n, b, e in zip(i[lead:], shape[lead:], pb, pe, strict=True):
+            idx.append(v - b if b else v)
+            if b:
+                conds.append(v >= b)
+            if e:
+                conds.append(v < b + n)
+        inside = _all(conds)
+        read = x[tuple(idx)]
+        return read if inside is None else te.if_then_else(inside, read, te.const(fill, x.dtype))
+
+    return te.compute(padded, body, name=f"{ctx.name}_pad")
+
+
+def _at(o: te.Expr, s: int, r: te.Expr, d: int) -> te.Expr:
+    """``o * s + r * d`` without the unit factors."""
+    return (o * s if s != 1 else o) + (r * d if d != 1 else r)
+
+
+def _with_bias(ctx: LowerContext, y: Tensor, bias: Tensor | None) -> Tensor:
+    if bias is None:
+        return y
+    return te.compute(y.shape_ints, lambda *i: y[i] + bias[i[1]], name=ctx.name)
+
+
+def _bias(ctx: LowerContext) -> Tensor | None:
+    return ctx.inputs[2] if len(ctx.inputs) > 2 else None
+
+
+# -- Conv, ConvTranspose ---------------------------------------------------------------------
+
+
+def _lower_conv(ctx: LowerContext) -> list[Tensor]:
+    x, w, bias = ctx.tensor(0), ctx.tensor(1), _bias(ctx)
+    _float(ctx.node, x)
+    p = conv_params(ctx.node, x.shape_ints, w.shape_ints)
+    n, c = x.shape_ints[:2]
+    m = w.shape_ints[0]
+    cg, mg = c // p.group, m // p.group
+    src = _padded(ctx, x, p.pads_begin, p.pads_end, 0.0)
+    rc = te.reduce_axis(cg, name=f"{ctx.name}_rc")
+    rk = [te.reduce_axis(k, name=f"{ctx.name}_r{j}") for j, k in enumerate(p.kernel)]
+
+    def body(*i: te.Expr) -> te.Expr:
+        b, k, *o = i
+        chan = rc if p.group == 1 else (k // mg) * cg + rc
+        pos = [_at(*a) for a in zip(o, p.strides, rk, p.dilations, strict=True)]
+        return te.sum(src[(b, chan, *pos)] * w[(k, rc, *rk)], axis=[rc, *rk])
+
+    name = ctx.name if bias is None else f"{ctx.name}_conv"
+    y = te.compute((n, m, *p.out_spatial), body, name=name)
+    return [_with_bias(ctx, y, bias)]
+
+
+@register("Conv", OpKind.ANCHOR, lower=_lower_conv)
+def _conv(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x, w = arrays[0], arrays[1]
+    assert x is not None and w is not None
+    _float(node, x)
+    return [_conv_np(x, w, _optional(arrays, 2), conv_params(node, x.shape, w.shape))]
+
+
+def _lower_conv_transpose(ctx: LowerContext) -> list[Tensor]:
+    """``Y[n, m, o] = sum over c, r of X[n, c, q / s] * W[c, m, r]`` where ``q = o + pb - r*d``
+    is a multiple of ``s`` inside the input (the gather form of the scatter)."""
+    x, w, bias = ctx.tensor(0), ctx.tensor(1), _bias(ctx)
+    _float(ctx.node, x)
+    p = conv_transpose_params(ctx.node, x.shape_ints, w.shape_ints)
+    n, c, *spatial = x.shape_ints
+    mg = w.shape_ints[1]
+    cg = c // p.group
+    rc = te.reduce_axis(cg, name=f"{ctx.name}_rc")
+    rk = [te.reduce_axis(k, name=f"{ctx.name}_r{j}") for j, k in enumerate(p.kernel)]
+
+    def body(*i: te.Expr) -> te.Expr:
+        b, k, *o = i
+        g = k // mg if p.group > 1 else None
+        chan = rc if g is None else g * cg + rc
+        wk = k if g is None else k - g * mg
+        conds, pos = [], []
+        for v, r, s, d, pb, extent in zip(
+            o, rk, p.strides, p.dilations, p.pads_begin, spatial, strict=True
+        ):
+            q = (v + pb if pb else v) - (r * d if d != 1 else r)
+            conds += [q >= 0, q < s * (extent - 1) + 1]
+            if s != 1:
+                conds.append(te.equal(q % s, 0))
+            pos.append(q // s if s != 1 else q)
+        term = x[(b, chan, *pos)] * w[(chan, wk, *rk)]
+        inside = _all(conds)
+        assert inside is not None
+        return te.sum(te.if_then_else(inside, term, 0.0), axis=[rc, *rk])
+
+    name = ctx.name if bias is None else f"{ctx.name}_conv"
+    y = te.compute((n, mg * p.group, *p.out_spatial), body, name=name)
+    return [_with_bias(ctx, y, bias)]
+
+
+@register("ConvTranspose", OpKind.ANCHOR, lower=_lower_conv_transpose)
+def _conv_transpose(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x, w = arrays[0], arrays[1]
+    assert x is not None and w is not None
+    _float(node, x)
+    p = conv_transpose_params(node, x.shape, w.shape)
+    return [_conv_transpose_np(x, w, _optional(arrays, 2), p)]
+
+
+# -- pools -----------------------------------------------------------------------------------
+
+
+def _pool_window(ctx: LowerContext, kind: str) -> tuple[PoolParams, Tensor, list[te.IterVar]]:
+    x = ctx.tensor(0)
+    p = pool_params(ctx.node, x.shape_ints)
+    ends = [e + h for e, h in zip(p.pads_end, _overhang(p, x.shape_ints[2:]), strict=True)]
+    fill = -np.inf if kind == "max" else 0.0
+    if kind == "max" and not x.dtype.startswith("float"):
+        fill = float(np.iinfo(x.dtype).min)
+    src = _padded(ctx, x, p.pads_begin, ends, fill)
+    rk = [te.reduce_axis(k, name=f"{ctx.name}_r{j}") for j, k in enumerate(p.kernel)]
+    return p, src, rk
+
+
+def _window_read(
+    p: PoolParams, src: Tensor, rk: list[te.IterVar], i: tuple[te.Expr, ...]
+) -> te.Expr:
+    pos = [_at(*a) for a in zip(i[2:], p.strides, rk, p.dilations, strict=True)]
+    return src[(i[0], i[1], *pos)]
+
+
+def _lower_max_pool(ctx: LowerContext) -> list[Tensor]:
+    _one_output(ctx.node)
+    p, src, rk = _pool_window(ctx, "max")
+    shape = (*ctx.tensor(0).shape_ints[:2], *p.out_spatial)
+    return [
+        te.compute(shape, lambda *i: te.max(_window_read(p, src, rk, i), axis=rk), name=ctx.name)
+    ]
+
+
+@register("MaxPool", OpKind.ANCHOR, lower=_lower_max_pool)
+def _max_pool(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    _one_output(node)
+    x = arrays[0]
+    assert x is not None
+    return [_pool_np(x, pool_params(node, x.shape), "max")]
+
+
+def _count(
+    p: PoolParams, spatial: Sequence[int], o: Sequence[te.Expr], dtype: str
+) -> te.Expr | float:
+    """The divisor of an AveragePool output at ``o``: a number where the count is the same
+    along an axis, else the in-bounds taps from ``max(0, ceil((lo - start) / d))`` to
+    ``min(k - 1, floor((hi - 1 - start) / d))``."""
+    const = 1.0
+    terms: list[te.Expr] = []
+    for j, (v, extent, k, s, d) in enumerate(
+        zip(o, spatial, p.kernel, p.strides, p.dilations, strict=True)
+    ):
+        counts = _axis_counts(p, j, extent)
+        if counts.min() == counts.max():
+            const *= float(counts[0])
+            continue
+        lo, hi = _bounds(p, j, extent)
+        start = v * s - p.pads_begin[j]
+        first = te.maximum(0, (lo - start + (d - 1)) // d)
+        last = te.minimum(k - 1, (hi - 1 - start) // d)
+        terms.append(te.maximum(last - first + 1, 1))
+    if not terms:
+        return const
+    total = functools.reduce(lambda a, b: a * b, terms).astype(dtype)
+    return total * const if const != 1.0 else total
+
+
+def _lower_average_pool(ctx: LowerContext) -> list[Tensor]:
+    x = ctx.tensor(0)
+    _float(ctx.node, x)
+    p, src, rk = _pool_window(ctx, "avg")
+    shape = (*x.shape_ints[:2], *p.out_spatial)
+    total = te.compute(
+        shape, lambda *i: te.sum(_window_read(p, src, rk, i), axis=rk), name=f"{ctx.name}_sum"
+    )
+    spatial = x.shape_ints[2:]
+    return [
+        te.compute(shape, lambda *i: total[i] / _count(p, spatial, i[2:], x.dtype), name=ctx.name)
+    ]
+
+
+@register("AveragePool", OpKind.ANCHOR, lower=_lower_average_pool)
+def _average_pool(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = arrays[0]
+    assert x is not None
+    _float(node, x)
+    return [_pool_np(x, pool_params(node, x.shape), "avg")]
+
+
+def _global_shape(node: Node, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if len(shape) < 3:
+        raise GraphError(f"{node.describe()} needs an input of rank 3 or more, got {shape}")
+    return (*shape[:2], *(1,) * (len(shape) - 2))
+
+
+def _lower_global(ctx: LowerContext, kind: str) -> Tensor:
+    x = ctx.tensor(0)
+    shape = _global_shape(ctx.node, x.shape_ints)
+    rk = [te.reduce_axis(e, name=f"{ctx.name}_r{j}") for j, e in enumerate(x.shape_ints[2:])]
+    reduce = te.sum if kind == "avg" else te.max
+    name = f"{ctx.name}_sum" if kind == "avg" else ctx.name
+    y = te.compute(shape, lambda *i: reduce(x[(i[0], i[1], *rk)], axis=rk), name=name)
+    if kind == "max":
+        return y
+    size = float(np.prod(x.shape_ints[2:]))
+    return te.compute(shape, lambda *i: y[i] / size, name=ctx.name)
+
+
+@register("GlobalAveragePool", OpKind.REDUCTION, lower=lambda ctx: [_lower_global(ctx, "avg")])
+def _global_average_pool(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = arrays[0]
+    assert x is not None
+    _float(node, x)
+    _global_shape(node, x.shape)
+    axes = tuple(range(2, x.ndim))
+    return [x.astype(np.float64).mean(axis=axes, keepdims=True).astype(x.dtype)]
+
+
+@register("GlobalMaxPool", OpKind.REDUCTION, lower=lambda ctx: [_lower_global(ctx, "max")])
+def _global_max_pool(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = arrays[0]
+    assert x is not None
+    _global_shape(node, x.shape)
+    return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
+
+
+# -- LRN, BatchNormalization, InstanceNormalization ----------------------------------------
+
+
+@dataclass(frozen=True)
+class _Lrn:
+    size: int
+    alpha: float
+    beta: float
+    bias: float
+
+    @classmethod
+    def read(cls, node: Node, rank: int) -> _Lrn:
+        if node.attr("size") is None or int(node.attr("size")) < 1:
+            raise GraphError(f"{node.describe()} needs a positive size")
+        if rank < 2:
+            raise GraphError(f"{node.describe()} needs an input of rank 2 or more")
+        return cls(
+            int(node.attr("size")),
+            float(node.attr("alpha", 1e-4)),
+            float(node.attr("beta", 0.75)),
+            float(node.attr("bias", 1.0)),
+        )
+
+    @property
+    def before(self) -> int:
+        """Channels of the window before the centre: floor((size - 1) / 2)."""
+        return (self.size - 1) // 2
+
+
+def _lower_lrn(ctx: LowerContext) -> list[Tensor]:
+    """``Y = X / (bias + alpha / size * sum of X**2 over the channel window) ** beta``."""
+    x = ctx.tensor(0)
+    _float(ctx.node, x)
+    a = _Lrn.read(ctx.node, x.ndim)
+    shape = x.shape_ints
+    r = te.reduce_axis(a.size, name=f"{ctx.name}_rc")
+
+    def window(*i: te.Expr) -> te.Expr:
+        ch = i[1] + r - a.before if a.before else i[1] + r
+        v = x[(i[0], ch, *i[2:])]
+        inside = (ch >= 0) & (ch < shape[1])
+        return te.sum(te.if_then_else(inside, v * v, 0.0), axis=r)
+
+    sq = te.compute(shape, window, name=f"{ctx.name}_sq")
+    scale = a.alpha / a.size
+    y = te.compute(shape, lambda *i: x[i] / te.pow(sq[i] * scale + a.bias, a.beta), name=ctx.name)
+    return [y]
+
+
+@register("LRN", OpKind.REDUCTION, lower=_lower_lrn)
+def _lrn(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = arrays[0]
+    assert x is not None
+    _float(node, x)
+    a = _Lrn.read(node, x.ndim)
+    sq = x.astype(np.float64) ** 2
+    widths = [(0, 0), (a.before, a.size - 1 - a.before)] + [(0, 0)] * (x.ndim - 2)
+    sq = np.pad(sq, widths)
+    c = x.shape[1]
+    window = sum(sq[:, r : r + c] for r in range(a.size))
+    y = x / (a.bias + a.alpha / a.size * window) ** a.beta
+    return [y.astype(x.dtype)]
+
+
+def _bn_check(node: Node, rank: int) -> float:
+    """BatchNormalization's epsilon; GraphError for what inference cannot do."""
+    if int(node.attr("training_mode", 0)):
+        raise GraphError(f"{node.describe()} is in training mode; only inference is supported")
+    _one_output(node)
+    if rank < 2:
+        raise GraphError(f"{node.describe()} needs an input of rank 2 or more")
+    return float(node.attr("epsilon", 1e-5))
+
+
+def _lower_batch_norm(ctx: LowerContext) -> list[Tensor]:
+    """``Y = (X - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + B[c]`` with ``c`` axis 1."""
+    x = ctx.tensor(0)
+    _float(ctx.node, x)
+    eps = _bn_check(ctx.node, x.ndim)
+    scale, shift, mean, var = (ctx.tensor(i) for i in range(1, 5))
+    dt = x.dtype
+
+    def body(*i: te.Expr) -> te.Expr:
+        c = i[1]
+        gain = scale[c].astype(dt) / te.sqrt(var[c].astype(dt) + eps)
+        return (x[i] - mean[c].astype(dt)) * gain + shift[c].astype(dt)
+
+    return [te.compute(x.shape_ints, body, name=ctx.name)]
+
+
+@register("BatchNormalization", OpKind.ELEMENTWISE, lower=_lower_batch_norm)
+def _batch_norm(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = arrays[0]
+    assert x is not None
+    _float(node, x)
+    eps = _bn_check(node, x.ndim)
+    scale, shift, mean, var = (
+        np.asarray(a, np.float64).reshape(-1, *(1,) * (x.ndim - 2)) for a in arrays[1:5]
+    )
+    y = (x - mean) * (scale / np.sqrt(var + eps)) + shift
+    return [y.astype(x.dtype)]
+
+
+def _lower_instance_norm(ctx: LowerContext) -> list[Tensor]:
+    """Mean and variance over the spatial axes of each ``(n, c)``, then scale and shift."""
+    x, scale, shift = ctx.tensor(0), ctx.tensor(1), ctx.tensor(2)
+    _float(ctx.node, x)
+    shape = x.shape_ints
+    if len(shape) < 3:
+        raise GraphError(f"{ctx.node.describe()} needs an input of rank 3 or more, got {shape}")
+    eps = float(ctx.node.attr("epsilon", 1e-5))
+    size = float(np.prod(shape[2:]))
+    r1 = [te.reduce_axis(e, name=f"{ctx.name}_m{j}") for j, e in enumerate(shape[2:])]
+    r2 = [te.reduce_axis(e, name=f"{ctx.name}_v{j}") for j, e in enumerate(shape[2:])]
+    total = te.compute(
+        shape[:2], lambda n, c: te.sum(x[(n, c, *r1)], axis=r1), name=f"{ctx.name}_sum"
+    )
+
+    def dev(n: te.Expr, c: te.Expr) -> te.Expr:
+        d = x[(n, c, *r2)] - total[n, c] / size
+        return te.sum(d * d, axis=r2)
+
+    sq = te.compute(shape[:2], dev, name=f"{ctx.name}_sq")
+
+    def body(*i: te.Expr) -> te.Expr:
+        n, c = i[0], i[1]
+        gain = scale[c].astype(x.dtype) / te.sqrt(sq[n, c] / size + eps)
+        return (x[i] - total[n, c] / size) * gain + shift[c].astype(x.dtype)
+
+    return [te.compute(shape, body, name=ctx.name)]
+
+
+@register("InstanceNormalization", OpKind.REDUCTION, lower=_lower_instance_norm)
+def _instance_norm(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x, scale, shift = arrays[0], arrays[1], arrays[2]
+    assert x is not None and scale is not None and shift is not None
+    _float(node, x)
+    if x.ndim < 3:
+        raise GraphError(f"{node.describe()} needs an input of rank 3 or more, got {x.shape}")
+    eps = float(node.attr("epsilon", 1e-5))
+    axes = tuple(range(2, x.ndim))
+    xf = x.astype(np.float64)
+    mean = xf.mean(axis=axes, keepdims=True)
+    var = ((xf - mean) ** 2).mean(axis=axes, keepdims=True)
+    bshape = (-1, *(1,) * (x.ndim - 2))
+    y = (xf - mean) / np.sqrt(var + eps) * scale.reshape(bshape) + shift.reshape(bshape)
+    return [y.astype(x.dtype)]
