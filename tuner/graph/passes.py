@@ -249,7 +249,8 @@ def fold_constants(graph: Graph) -> Graph:
     """Evaluate nodes whose inputs are all constants, and shape reads of static values.
 
     A folded node's outputs become constants under the same names (results
-    over :data:`FOLD_LIMIT` elements stay nodes). Shape and Size of a value
+    over :data:`FOLD_LIMIT` elements, and bigger than all their inputs together,
+    stay nodes: rewriting a weight folds, expanding a constant does not). Shape and Size of a value
     with a static shape fold without its data. A Reshape or Expand whose
     target shape is still computed but whose output shape is static reads a
     constant instead, so Shape -> Gather -> Concat -> Reshape chains collapse
@@ -285,9 +286,6 @@ def _evaluate(
     graph: Graph, node: Node, consts: Mapping[str, np.ndarray]
 ) -> list[np.ndarray] | None:
     definition = opdef(node.op)
-    outs = [graph.value(o) for o in node.outputs if o]
-    if any(v.static and v.size > FOLD_LIMIT for v in outs):
-        return None
     if node.op in _SHAPE_READERS and node.inputs:
         x = graph.value(node.inputs[0])
         if not x.static:
@@ -296,14 +294,19 @@ def _evaluate(
         arrays: list[np.ndarray | None] = [
             np.broadcast_to(np.zeros((), dtype=x.dtype), tuple(int(d) for d in x.shape))
         ]
+        limit = FOLD_LIMIT
     elif node.inputs or definition.kind == OpKind.SHAPE:
         if any(i and i not in consts for i in node.inputs):
             return None
         arrays = [consts[i] if i else None for i in node.inputs]
+        # Rewriting a weight (Transpose, Cast) costs no memory; growing one does.
+        limit = max(FOLD_LIMIT, sum(a.size for a in arrays if a is not None))
     else:
         return None
+    if any(v.static and v.size > limit for v in (graph.value(o) for o in node.outputs if o)):
+        return None
     results = definition.evaluate(node, arrays)
-    if any(np.asarray(r).size > FOLD_LIMIT for r in results):
+    if any(np.asarray(r).size > limit for r in results):
         return None
     return results
 
@@ -544,6 +547,8 @@ def recognize_layer_norm(graph: Graph) -> Graph:
             gamma = ones.name
         final = chain[-1]
         ins = (x, gamma) if beta is None else (x, gamma, beta)
+        if graph.value(x).dtype == "float32":  # 1e-06, not 9.999999974752427e-07
+            eps = float(str(np.float32(eps)))
         attrs = {"axis": -1, "epsilon": eps}
         dropped.update(index[id(n)] for n in chain[:-1])
         replaced[index[id(final)]] = Node(
