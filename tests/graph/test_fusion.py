@@ -26,6 +26,7 @@ from tests.graph.test_passes import (
 from tuner.graph import Graph, Node
 from tuner.graph import ops as registry
 from tuner.graph.fusion import SMALL_CONST, fuse, groups_summary
+from tuner.graph.interpret import run_graph
 from tuner.graph.ir import FUSED
 from tuner.graph.ops import OpDef, OpKind, opdef
 from tuner.graph.passes import optimize
@@ -256,3 +257,40 @@ def test_unfused_baseline_and_summary_of_a_plain_graph() -> None:
     f = fused(g, enabled=False)
     assert ops_of(f) == [FUSED, "Reshape", FUSED]
     assert groups_summary(f) == ["Exp", "Relu"]
+
+
+def test_imported_resnet_block_matches_onnxruntime() -> None:
+    """After the merge: an ONNX basic block (3x3 convs, BN) through import, optimize and fuse."""
+    importer = pytest.importorskip("tuner.graph.onnx_import")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    c = 4
+    inits, nodes = [], []
+
+    def init(name: str, data: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(data.astype(np.float32), name))
+        return name
+
+    def conv_bn(x: str, k: int) -> str:
+        w = init(f"w{k}", rng.standard_normal((c, c, 3, 3)) * 0.3)
+        nodes.append(helper.make_node("Conv", [x, w], [f"c{k}"], pads=[1, 1, 1, 1]))
+        params = [
+            init(f"{p}{k}", rng.uniform(0.5, 1.5, c) if p in ("s", "v") else rng.standard_normal(c))
+            for p in ("s", "b", "m", "v")
+        ]
+        nodes.append(helper.make_node("BatchNormalization", [f"c{k}", *params], [f"n{k}"]))
+        return f"n{k}"
+
+    nodes.append(helper.make_node("Relu", [conv_bn("x", 1)], ["r1"]))
+    nodes.append(helper.make_node("Add", [conv_bn("r1", 2), "x"], ["a"]))
+    nodes.append(helper.make_node("Relu", ["a"], ["y"]))
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, 5, 5]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "block", info[:1], info[1:], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, c, 5, 5)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    f = fuse(optimize(importer.from_onnx(model)))
+    assert groups_summary(f) == ["Conv+Relu", "Conv+Add+Relu"]
+    np.testing.assert_allclose(run_graph(f, {"x": x})[0], want, rtol=1e-3, atol=1e-4)
