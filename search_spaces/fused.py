@@ -56,7 +56,7 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 from tuner.te.expr import Const
-from tuner.te.tensor import ComputeOp
+from tuner.te.tensor import ComputeOp, TensorError
 
 from ._target import resolve
 from .reduce import PARALLEL_MIN_BYTES
@@ -137,7 +137,11 @@ def _lower_node(g: Graph, k: int, env: dict[str, Tensor]) -> None:
         outputs=outs,
         name=f"t{k}",
     )
-    results = d.lower(ctx)
+    try:
+        results = d.lower(ctx)
+    except (TensorError, TypeError) as exc:  # a lowering that rejects what it was given
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GraphError(f"{node.describe()} does not lower: {first}") from None
     if len(results) != len(node.outputs):
         raise GraphError(f"{node.describe()} lowered to {len(results)} tensors for its outputs")
     for o, t in zip(node.outputs, results, strict=True):
