@@ -1,0 +1,454 @@
+"""The generic operator: any fused group of graph nodes, given as its canonical text.
+
+``fused`` takes one argument, ``graph``, the text of a group
+(:func:`tuner.graph.canonical.encode`). Its definition lowers each node with
+its operator's te lowering (``tuner.graph.ops``), in order; its tensors are
+the group's inputs (placeholders ``x0, x1, ...``, rank 0 as shape ``(1,)``)
+and the one output. Small embedded constants become stages that hold their
+values (a select over the flat index), which inlining and the simplifier fold
+into the expressions that read them.
+
+One schedule serves every group (elementwise chains, broadcasts and
+transposes, reductions with a prologue and an epilogue such as a softmax or
+a layer norm over any axis, windows)::
+
+    # output with rows (all axes but the last fused), reductions "at row":
+    for ro in rows / rows_per_task:          # parallel if chosen
+      for ri in rows_per_task:
+        R[..] = reduce ...                   # each reduction: this row's part
+        for co in cols / (vector * unroll):
+          for cu in unroll:                  # unrolled
+            for cv in vector:                # vectorized
+              Y[row, col] = <every elementwise stage, inlined>
+
+Every stage that is not a reduction is inlined. A reduction cannot be: it
+is computed either at the output's row loop (``reductions="row"``, just the
+part that row reads, while it is in cache) or as a pass of its own at the
+root. ``flat`` puts all output axes in one loop instead (short rows; no row
+loop, so reductions at the root). An output that is itself a reduction
+keeps its reduction loops innermost (the innermost may be unrolled), with
+its spatial axes fused into rows. Extents that no tile divides get guards.
+
+>>> op = get_operator("fused")
+>>> args = op.parse_args({"graph": encode(group)})
+>>> sched, tensors = op.schedule(op.default_config(args, target), args, target)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuner import te
+from tuner.graph.canonical import decode
+from tuner.graph.ir import Graph, GraphError, Value
+from tuner.graph.ops import LowerContext, opdef
+from tuner.lower.ir import Alloc
+from tuner.lower.lower import lower
+from tuner.lower.visitor import walk_stmts
+from tuner.schedule import Schedule
+from tuner.space import ConfigSpace
+from tuner.target import Target
+from tuner.te import Tensor
+from tuner.te.expr import Const
+from tuner.te.tensor import ComputeOp, TensorError
+
+from ._target import resolve
+from .reduce import PARALLEL_MIN_BYTES
+
+__all__ = [
+    "MAX_EMBEDDED",
+    "bytes_moved",
+    "config_space",
+    "default_config",
+    "define",
+    "flops",
+    "reference",
+    "schedule",
+]
+
+#: Constants of at most this many elements are embedded in the kernel; fusion
+#: passes bigger ones (weights) as group inputs.
+MAX_EMBEDDED = 16
+
+_TASKS = (256, 1024, 4096, 16384, 65536, 262144)
+_VECTORS = (1, 2, 4)
+_UNROLLS = (1, 2, 4)
+
+
+@functools.lru_cache(maxsize=64)
+def _group(text: str) -> Graph:
+    g = decode(text)
+    if len(g.outputs) != 1:
+        raise GraphError(f"a fused group has one output, this one has {len(g.outputs)}")
+    for name in (*g.inputs, *(o for n in g.nodes for o in n.outputs if o)):
+        if not g.value(name).static:
+            raise GraphError(f"value {name} has a symbolic shape; the kernel needs static shapes")
+    return g
+
+
+def _te_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape) if shape else (1,)
+
+
+def _const_stage(v: Value) -> Tensor:
+    """A stage holding a small constant: its value, or a select over the flat index."""
+    assert v.data is not None
+    flat = v.data.reshape(-1)
+    if flat.size > MAX_EMBEDDED:
+        raise GraphError(
+            f"constant {v.name} has {flat.size} elements; the generic operator embeds at most "
+            f"{MAX_EMBEDDED} (bigger ones are group inputs)"
+        )
+    shape = _te_shape(v.shape)
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+    def element(k: int) -> te.Expr:
+        return te.const(flat[k].item(), v.dtype)
+
+    def body(*idx: Any) -> te.Expr:
+        out = element(flat.size - 1)
+        if flat.size == 1:
+            return out
+        index = sum((i * s for i, s in zip(idx, strides, strict=True)), te.const(0, "int64"))
+        for k in reversed(range(flat.size - 1)):
+            out = te.if_then_else(te.equal(index, k), element(k), out)
+        return out
+
+    return te.compute(shape, body, name=v.name)
+
+
+def _lower_node(g: Graph, k: int, env: dict[str, Tensor]) -> None:
+    node = g.nodes[k]
+    d = opdef(node.op)
+    if d.lower is None:
+        raise GraphError(f"{node.describe()} has no kernel (its operator has no lowering)")
+    named = [g.value(o) for o in node.outputs if o]
+    outs = [g.value(o) if o else named[0] for o in node.outputs]
+    ctx = LowerContext(
+        node=node,
+        inputs=[env[i] if i else None for i in node.inputs],
+        consts=[g.const(i) for i in node.inputs],
+        outputs=outs,
+        name=f"t{k}",
+    )
+    try:
+        results = d.lower(ctx)
+    except (TensorError, TypeError) as exc:  # a lowering that rejects what it was given
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GraphError(f"{node.describe()} does not lower: {first}") from None
+    if len(results) != len(node.outputs):
+        raise GraphError(f"{node.describe()} lowered to {len(results)} tensors for its outputs")
+    for o, t in zip(node.outputs, results, strict=True):
+        if not o:
+            continue
+        want = g.value(o)
+        if t.shape_ints != _te_shape(want.shape) or t.dtype != want.dtype:
+            raise GraphError(
+                f"{node.describe()} lowered output {o} to {t.dtype}{list(t.shape_ints)}, "
+                f"not {want.type_text()}"
+            )
+        env[o] = t
+
+
+def _reachable(out: Tensor) -> set[str]:
+    seen: set[str] = set()
+    todo = [out]
+    while todo:
+        t = todo.pop()
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        if isinstance(t.op, ComputeOp):
+            todo.extend(t.op.inputs)
+    return seen
+
+
+def define(text: str) -> tuple[list[Tensor], Tensor]:
+    """The group's input placeholders (in order) and its output stage (always a compute)."""
+    g = _group(text)
+    env: dict[str, Tensor] = {}
+    placeholders = []
+    for name in g.inputs:
+        v = g.value(name)
+        env[name] = te.placeholder(_te_shape(v.shape), v.dtype, name=name)
+        placeholders.append(env[name])
+    for v in g.constants():
+        env[v.name] = _const_stage(v)
+    for k in range(len(g.nodes)):
+        _lower_node(g, k, env)
+    out = env[g.outputs[0]]
+    unused = [p for p in placeholders if p.name not in _reachable(out)]
+    if not isinstance(out.op, ComputeOp) or unused:
+        # A copy; it also reads (never, after simplification) inputs nothing else
+        # reads, so that every group input stays a kernel argument.
+        src, never = out, te.const(False, "bool")
+
+        def copy(*i: Any) -> te.Expr:
+            value: te.Expr = src[i]
+            for p in unused:
+                value = te.if_then_else(never, p[(0,) * p.ndim].astype(src.dtype), value)
+            return value
+
+        out = te.compute(src.shape_ints, copy, name="y")
+    return placeholders, out
+
+
+# -- the shape of the schedule ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the schedule reads of a group: its output's loops and its reductions."""
+
+    rank: int  # spatial axes of the output
+    inner: int  # extent of the last spatial axis
+    size: int  # output elements
+    reduce_out: bool  # the output itself reduces
+    reduce_inner: int  # the output's innermost reduction extent (1 without)
+    reductions: tuple[str, ...]  # the other reduction stages
+    dtype: str
+    bytes: int
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(text: str) -> _Plan:
+    _, out = define(text)
+    s = te.create_schedule(out)
+    op = out.op
+    assert isinstance(op, ComputeOp)
+    reds = tuple(st.name for st in s.state.stages if not st.is_output and st.op.reduce_axis)
+    shape = out.shape_ints
+    inner_red = _extents(op.reduce_axis)
+    return _Plan(
+        rank=len(shape),
+        inner=shape[-1],
+        size=math.prod(shape),
+        reduce_out=bool(op.reduce_axis),
+        reduce_inner=inner_red[-1] if inner_red else 1,
+        reductions=reds,
+        dtype=out.dtype,
+        bytes=int(bytes_moved(text)),
+    )
+
+
+def _extents(axes: Sequence[Any]) -> list[int]:
+    """The constant extents of loops (static shapes have no other kind)."""
+    return [int(a.extent.value) if isinstance(a.extent, Const) else 0 for a in axes]
+
+
+def _layouts(p: _Plan) -> list[bool]:
+    """``flat`` choices: all output axes in one loop, or rows and a column loop."""
+    if p.reduce_out:
+        return [False]
+    return [True] if p.rank == 1 else [False, True]
+
+
+def config_space(text: str, target: Target | None = None) -> ConfigSpace:
+    """Task size, parallelism, layout, where reductions live, vector width, unrolling."""
+    tgt = resolve(target)
+    p = _plan(text)
+    lanes = tgt.lanes(p.dtype)
+    sp = ConfigSpace()
+    sp.define_knob("task", list(_TASKS))
+    sp.define_knob("parallel", [True, False] if tgt.threads != 1 else [False])
+    sp.define_knob("flat", _layouts(p))
+    sp.define_knob("reductions", ["row", "root"] if p.reductions and p.rank > 1 else ["root"])
+    sp.define_knob("vector", [1] if p.reduce_out else list(_VECTORS))
+    sp.define_knob("unroll", list(_UNROLLS))
+    work = p.size * (p.reduce_inner if p.reduce_out else 1)
+    sp.add_constraint(
+        lambda c: c["task"] <= max(work, _TASKS[0]), "a task is no bigger than the work"
+    )
+    sp.add_constraint(
+        lambda c: not (c["flat"] and c["reductions"] == "row"),
+        "a flat loop has no rows to compute reductions at",
+    )
+    sp.add_constraint(
+        lambda c: c["vector"] == 1 or lanes * c["vector"] // 2 < _cols(p, c["flat"]),
+        "a wider vector than the loop it splits repeats a narrower one",
+    )
+    sp.add_constraint(
+        lambda c: c["unroll"] == 1 or c["unroll"] * _width(p, c, lanes) <= _cols(p, c["flat"]),
+        "no more unrolled copies than the loop has",
+    )
+    return sp.freeze()
+
+
+def _cols(p: _Plan, flat: bool) -> int:
+    """The extent of the loop the vector and unroll split: the last axis, everything, or the
+    output's innermost reduction."""
+    if p.reduce_out:
+        return p.reduce_inner
+    return p.size if flat else p.inner
+
+
+def _width(p: _Plan, c: Mapping[str, Any], lanes: int) -> int:
+    return 1 if p.reduce_out else min(lanes * int(c["vector"]), _cols(p, bool(c["flat"])))
+
+
+def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
+    """Parallel from 8 MiB of traffic on (as the reduce templates), 64K-element tasks,
+    short rows flat, reductions at the row where that computes each element once,
+    the widest vector the row fills."""
+    tgt = resolve(target)
+    p = _plan(text)
+    lanes = tgt.lanes(p.dtype)
+    work = p.size * (p.reduce_inner if p.reduce_out else 1)
+    at_row = bool(p.reductions) and p.rank > 1 and _row_is_cheap(text, p)
+    flat = p.rank == 1 or (not p.reduce_out and not at_row and p.inner < 4 * lanes)
+    cols = _cols(p, flat)
+    vector = 1 if p.reduce_out else next(f for f in (4, 2, 1) if f == 1 or lanes * f <= cols)
+    return {
+        "task": max(t for t in _TASKS if t <= max(work, _TASKS[0]) and t <= 65536),
+        "parallel": tgt.threads != 1 and p.bytes >= PARALLEL_MIN_BYTES,
+        "flat": flat,
+        "reductions": "row" if at_row else "root",
+        "vector": vector,
+        "unroll": 1,
+    }
+
+
+def _row_is_cheap(text: str, p: _Plan) -> bool:
+    """Whether every reduction computed at the output's row loop is computed about once.
+
+    A reduction over the last axis is read one element per row; one over the
+    first axis would be recomputed whole for every row. Lowering tells which:
+    the buffer of a stage computed at a loop is the region used there.
+    """
+    cfg = {"task": _TASKS[0], "parallel": False, "flat": False, "reductions": "row"}
+    s, tensors = schedule({**cfg, "vector": 1, "unroll": 1}, text)
+    rows = p.size // (1 if p.reduce_out else p.inner)
+    region = {
+        st.buffer.name: math.prod(st.buffer.shape)
+        for st in walk_stmts(lower(s, tensors).body)
+        if isinstance(st, Alloc)
+    }
+    shapes = {st.name: math.prod(st.tensor.shape_ints) for st in s.state.stages}
+    return all(region.get(r, shapes[r]) * rows <= 2 * shapes[r] for r in p.reductions)
+
+
+def schedule(
+    cfg: Mapping[str, Any], text: str, target: Target | None = None
+) -> tuple[Schedule, list[Tensor]]:
+    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+    lanes = resolve(target).lanes(_plan(text).dtype)
+    placeholders, out = define(text)
+    s = te.create_schedule(out)
+    reds = []
+    for st in s.state.stages:
+        if st.is_output:
+            continue
+        if st.op.reduce_axis:
+            reds.append(st.name)
+        else:
+            s[st.name].compute_inline()
+    O = s[out]
+    axes = list(O.op.axis)
+    shape = out.shape_ints
+    parallel = bool(cfg["parallel"])
+    task = int(cfg["task"])
+    unroll = int(cfg["unroll"])
+    row_loop = None
+    if O.op.reduce_axis:
+        rows = O.fuse(*axes) if len(axes) > 1 else axes[0]
+        work: int = math.prod(_extents(s.state.stage(out.name).op.reduce_axis))
+        ro, row_loop = O.split(rows, factor=min(max(1, task // work), math.prod(shape)))
+        if parallel:
+            O.parallel(ro)
+        if unroll > 1:
+            _, ku = O.split(O.op.reduce_axis[-1], factor=unroll)
+            O.unroll(ku)
+    else:
+        width = min(lanes * int(cfg["vector"]), math.prod(shape) if cfg["flat"] else shape[-1])
+        if cfg["flat"]:
+            flat = O.fuse(*axes) if len(axes) > 1 else axes[0]
+            to, cols = O.split(flat, factor=min(task, math.prod(shape)))
+        else:
+            rows = O.fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
+            per_task = min(max(1, task // shape[-1]), math.prod(shape[:-1]))
+            to, row_loop = O.split(rows, factor=per_task)
+            cols = axes[-1]
+        if parallel:
+            O.parallel(to)
+        if width > 1:
+            cols, cv = O.split(cols, factor=width)
+            O.vectorize(cv)
+        if unroll > 1:
+            _, cu = O.split(cols, factor=unroll)
+            O.unroll(cu)
+    for name in reds:
+        if cfg["reductions"] == "row" and row_loop is not None:
+            s[name].compute_at(O, row_loop)
+        elif parallel:
+            first = s[name].op.axis[0]
+            if _extents([s.state.stage(name).axis(first.name)])[0] > 1:
+                s[name].parallel(first)
+    return s, [*placeholders, out]
+
+
+# -- reference and costs ------------------------------------------------------------------------
+
+
+def reference(*inputs: np.ndarray, graph: str) -> np.ndarray:
+    """The group run by the graph interpreter (each operator's NumPy evaluation)."""
+    from tuner.graph.interpret import run_graph
+
+    g = _group(graph)
+    feeds = {
+        name: np.asarray(x).reshape(_np_shape(g.value(name)))
+        for name, x in zip(g.inputs, inputs, strict=True)
+    }
+    (result,) = run_graph(g, feeds)
+    out = g.value(g.outputs[0])
+    return np.asarray(result, dtype=out.dtype).reshape(_te_shape(out.shape))
+
+
+def _np_shape(v: Value) -> tuple[int, ...]:
+    return tuple(int(d) for d in v.shape)
+
+
+def flops(text: str) -> float:
+    """Approximate: one operation per output element per node."""
+    g = _group(text)
+    return float(g.value(g.outputs[0]).size * max(1, len(g.nodes)))
+
+
+def bytes_moved(text: str) -> float:
+    """Compulsory traffic: every input read once, the output written once."""
+    g = _group(text)
+    names = [*g.inputs, g.outputs[0]]
+    return float(sum(g.value(n).size * np.dtype(g.value(n).dtype).itemsize for n in names))
+
+
+def _register() -> None:
+    from . import Operator, OperatorError, Param, register_operator
+
+    def check(a: Mapping[str, Any]) -> None:
+        try:
+            _plan(a["graph"])
+        except GraphError as exc:
+            raise OperatorError(f"fused argument graph: {exc}") from None
+
+    register_operator(
+        Operator(
+            name="fused",
+            doc="a fused group of graph nodes, lowered node by node (the generic operator)",
+            params=(Param("graph", str, doc="the group's canonical text (tuner.graph.canonical)"),),
+            space=lambda a, target: config_space(a["graph"], target),
+            schedule=lambda cfg, a, target: schedule(cfg, a["graph"], target),
+            default_config=lambda a, target: default_config(a["graph"], target),
+            reference=lambda *inputs, **a: reference(*inputs, graph=a["graph"]),
+            flops=lambda a: flops(a["graph"]),
+            bytes_moved=lambda a: bytes_moved(a["graph"]),
+            check=check,
+        )
+    )
+
+
+_register()
