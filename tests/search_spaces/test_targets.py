@@ -59,6 +59,13 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "transpose": [{"M": 3, "N": 5}, {"M": 37, "N": 45}],
     "nchw_to_nhwc": [{"N": 1, "C": 3, "H": 4, "W": 5}],
     "pad": [{"N": 1, "C": 3, "H": 5, "W": 6, "pad_h": 1, "pad_w": 2}],
+    # a model's group with no template: here the identity on a 3 x 5 input
+    "fused": [
+        {
+            "graph": '{"consts":[],"format":1,"inputs":[{"dtype":"float32","shape":[3,5]}],'
+            '"nodes":[],"opset":17,"outputs":["x0"]}'
+        }
+    ],
 }
 
 
