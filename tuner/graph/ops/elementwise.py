@@ -375,6 +375,35 @@ for _op in BINARY:
     register(_op, OpKind.ELEMENTWISE, lower=_lower_binary)(_eval_binary)
 
 
+@register("Mod", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_mod(ctx))
+def _eval_mod(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """``fmod=0``: the remainder takes the divisor's sign (Python's); ``fmod=1``: the dividend's (C's)."""
+    a, b = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    with np.errstate(all="ignore"):
+        out = np.fmod(a, b) if node.attrs.get("fmod", 0) else np.mod(a, b)
+    return [_result(out, a.dtype)]
+
+
+def _lower_mod(ctx: LowerContext) -> list[Tensor]:
+    def fn(a: Expr, b: Expr) -> Expr:
+        r = a % b  # Python's remainder in the kernel, for ints and floats
+        if not ctx.node.attrs.get("fmod", 0):
+            return r
+        return te.if_then_else(te.not_equal(r, 0) & te.not_equal(a < 0, b < 0), r - b, r)
+
+    return _lower_map(ctx, fn, [0, 1])
+
+
+@register("PRelu", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_map(ctx, _te_prelu, [0, 1]))
+def _eval_prelu(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x, slope = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    return [_result(np.where(x < 0, x * slope, x), x.dtype)]
+
+
+def _te_prelu(x: Expr, slope: Expr) -> Expr:
+    return te.if_then_else(x < 0, x * slope, x)
+
+
 @register("Pow", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_pow(ctx))
 def _eval_pow(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     a, b = input_array(node, arrays, 0), input_array(node, arrays, 1)
