@@ -191,3 +191,10 @@ def test_layer_norm_numpy_variants() -> None:
     check_op("LayerNormalization", [x, f32(4), None], {"axis": 2}, lower=False, **TOL)
     check_op("LayerNormalization", [x, f32(3, 4), f32(4)], {"axis": 1}, lower=False, **TOL)
     check_op("LayerNormalization", [x, f32(2, 3, 4)], {"axis": 0}, lower=False, **TOL)
+
+
+@pytest.mark.slow
+def test_layer_norm_float64_outputs() -> None:
+    x = f32(2, 7).astype(np.float64)
+    outs = check_op("LayerNormalization", [x, f32(7).astype(np.float64)], {}, n_outputs=3, **TOL)
+    assert [o.dtype for o in outs] == [np.float64, np.float32, np.float32]

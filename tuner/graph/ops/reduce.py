@@ -328,7 +328,7 @@ def _logsumexp(ctx: LowerContext, x: Tensor, axes: tuple[int, ...], keep: bool) 
 
 
 for _op in (*_REDUCTIONS, "ReduceProd", "ReduceLogSumExp"):
-    register(_op, OpKind.REDUCTION, lower=_lower_reduce)(_eval_reduce)
+    register(_op, OpKind.REDUCTION, lower=_lower_reduce, const_inputs=(1,))(_eval_reduce)
 
 
 # -- ArgMax / ArgMin ---------------------------------------------------------------
@@ -475,5 +475,14 @@ def _lower_layer_norm(ctx: LowerContext) -> list[Tensor]:
             v = v + bias[broadcast_index(bias, i)]
         return v
 
-    out = te.compute(shape, y, name=ctx.name, dtype=ctx.outputs[0].dtype)
-    return [out, mean, rstd][: len(ctx.outputs)]
+    results = [te.compute(shape, y, name=ctx.name, dtype=ctx.outputs[0].dtype)]
+    for stage, value in zip((mean, rstd), ctx.outputs[1:], strict=False):
+        if stage.dtype != value.dtype:  # float64 input: Mean and InvStdDev are float32
+            stage = te.compute(
+                stage.shape_ints,
+                lambda *i, t=stage: t[i],
+                name=f"{stage.name}_out",
+                dtype=value.dtype,
+            )
+        results.append(stage)
+    return results
