@@ -1,0 +1,564 @@
+"""Elementwise ONNX operators: arithmetic, activations, comparisons, logic, Clip, Where, Cast.
+
+Every operator here computes one output element from the same-index elements
+of its inputs under ONNX's multidirectional (NumPy) broadcasting: shapes align
+on the right, and an input dimension of extent 1 is read at index 0. The
+NumPy evaluation keeps ONNX's dtypes exactly (a float32 ``Add`` stays float32,
+comparisons give bool); the lowering is one te stage named ``ctx.name``::
+
+    Add(x: float32[2,3], b: float32[3])  ->  n0[i0, i1] = x[i0, i1] + b[i1]
+
+Other modules reuse the pieces: :data:`UNARY` (each attribute-free unary
+operator as a function on te expressions), :func:`unary` (the same for any
+unary operator and its attributes, ``unary("LeakyRelu", {"alpha": 0.1})``)
+and :func:`broadcast_index` (how a broadcast input is indexed).
+
+>>> UNARY["Relu"](te.placeholder((4,), name="x")[0])
+max(x[0], 0)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ... import te
+from ...te import Expr, Tensor
+from ...te.dtypes import is_float
+from ...te.expr import Const
+from ..ir import GraphError, Node
+from . import LowerContext, OpKind, register
+
+__all__ = [
+    "BINARY",
+    "ONNX_DTYPES",
+    "UNARY",
+    "broadcast_dims",
+    "broadcast_index",
+    "cast_dtype",
+    "input_array",
+    "te_shape",
+    "unary",
+]
+
+Unary = Callable[[Expr], Expr]
+Attrs = Mapping[str, Any]
+
+#: ONNX TensorProto element types this compiler takes, as NumPy dtype names.
+ONNX_DTYPES: dict[int, str] = {
+    1: "float32",
+    3: "int8",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    11: "float64",
+}
+
+_SELU_ALPHA = 1.67326319217681884765625
+_SELU_GAMMA = 1.05070102214813232421875
+
+
+def te_shape(shape: Sequence[Any]) -> tuple[int, ...]:
+    """The te shape of an ONNX value's shape: rank 0 is ``(1,)``."""
+    return tuple(int(d) for d in shape) or (1,)
+
+
+def broadcast_index(tensor: Tensor, out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
+    """Indices into ``tensor`` for the output element at ``out_indices`` under NumPy broadcasting.
+
+    The tensor's dimensions align with the last ones of the output; one of
+    extent 1 is read at 0. A rank-0 value (te shape ``(1,)``) is read at 0
+    whatever the output's rank.
+
+    >>> b = te.placeholder((1, 3), name="b")
+    >>> broadcast_index(b, (te.var("i"), te.var("j"), te.var("k")))
+    (0, k)
+    """
+    return broadcast_dims(tensor.shape_ints, out_indices)
+
+
+def broadcast_dims(shape: Sequence[int], out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
+    """:func:`broadcast_index` on a shape (for operands whose leading dims are not the output's)."""
+    offset = len(out_indices) - len(shape)
+    idx: list[Expr] = []
+    for d, extent in enumerate(shape):
+        if extent == 1:
+            idx.append(Const(0, "int64"))
+        elif offset + d < 0:
+            raise GraphError(f"shape {tuple(shape)} does not broadcast to rank {len(out_indices)}")
+        else:
+            idx.append(out_indices[offset + d])
+    return tuple(idx)
+
+
+def _c(value: float, like: Expr) -> Expr:
+    """A constant of ``like``'s dtype."""
+    return te.const(value, like.dtype)
+
+
+def _lower_map(ctx: LowerContext, fn: Callable[..., Expr], inputs: Sequence[int]) -> list[Tensor]:
+    """One stage: ``fn`` of the (broadcast) elements of ``inputs``, cast to the output dtype."""
+    out = ctx.outputs[0]
+    tensors = [ctx.tensor(i) for i in inputs]
+
+    def body(*idx: Expr) -> Expr:
+        return fn(*(t[broadcast_index(t, idx)] for t in tensors))
+
+    return [te.compute(te_shape(out.shape), body, name=ctx.name, dtype=out.dtype)]
+
+
+def _result(value: Any, dtype: Any) -> np.ndarray:
+    """NumPy ufuncs return scalars for rank-0 operands; give an array of the exact dtype."""
+    return np.asarray(value).astype(dtype, copy=False)
+
+
+# -- rounding without intrinsics ----------------------------------------------
+
+
+def _integral_limit(x: Expr) -> Expr:
+    """Floats at least this large are integers already (and would overflow an int64 cast)."""
+    return _c(2.0**23 if x.dtype == "float32" else 2.0**52, x)
+
+
+def _floor(x: Expr) -> Expr:
+    t = x.astype("int64").astype(x.dtype)  # truncation toward zero
+    return te.if_then_else(te.abs(x) < _integral_limit(x), te.if_then_else(x < t, t - 1, t), x)
+
+
+def _ceil(x: Expr) -> Expr:
+    t = x.astype("int64").astype(x.dtype)
+    return te.if_then_else(te.abs(x) < _integral_limit(x), te.if_then_else(x > t, t + 1, t), x)
+
+
+def _round(x: Expr) -> Expr:
+    """Round half to even, as ONNX (and NumPy) do."""
+    f = _floor(x)
+    d = x - f
+    odd = (f.astype("int64") % 2).astype(x.dtype)  # Python's %: 0 or 1 for negatives too
+    half = f + odd
+    near = te.if_then_else(d > 0.5, f + 1, te.if_then_else(d < 0.5, f, half))
+    return te.if_then_else(te.abs(x) < _integral_limit(x), near, x)
+
+
+# -- unary operators -------------------------------------------------------------
+
+
+def _te_unary(op: str, a: Attrs) -> Unary:
+    alpha = a.get("alpha")
+    beta = a.get("beta")
+    table: dict[str, Unary] = {
+        "Sqrt": te.sqrt,
+        "Exp": te.exp,
+        "Log": te.log,
+        "Tanh": te.tanh,
+        "Sigmoid": te.sigmoid,
+        "Erf": te.erf,
+        "Abs": te.abs,
+        "Neg": lambda x: -x,
+        "Reciprocal": lambda x: 1.0 / x,
+        "Relu": lambda x: te.maximum(x, 0),
+        "LeakyRelu": lambda x: te.if_then_else(x < 0, x * (0.01 if alpha is None else alpha), x),
+        "Elu": lambda x: te.if_then_else(
+            x < 0, (te.exp(x) - 1.0) * (1.0 if alpha is None else alpha), x
+        ),
+        "Selu": lambda x: (
+            te.if_then_else(
+                x <= 0,
+                te.exp(x) * (_SELU_ALPHA if alpha is None else alpha)
+                - (_SELU_ALPHA if alpha is None else alpha),
+                x,
+            )
+            * (a.get("gamma", _SELU_GAMMA))
+        ),
+        "HardSigmoid": lambda x: te.maximum(
+            te.minimum(
+                x * (0.2 if alpha is None else alpha) + (0.5 if beta is None else beta), 1.0
+            ),
+            0.0,
+        ),
+        "HardSwish": lambda x: x * te.maximum(te.minimum(x * (1.0 / 6.0) + 0.5, 1.0), 0.0),
+        # Stable: max(x, 0) + log(1 + exp(-|x|)) never overflows.
+        "Softplus": lambda x: te.maximum(x, 0.0) + te.log(te.exp(-te.abs(x)) + 1.0),
+        "Gelu": _gelu_tanh if a.get("approximate", "none") == "tanh" else _gelu,
+        "Floor": _floor,
+        "Ceil": _ceil,
+        "Round": _round,
+        "Sign": lambda x: te.if_then_else(
+            x > 0, _c(1, x), te.if_then_else(x < 0, _c(-1, x), _c(0, x))
+        ),
+        "Not": lambda x: ~x,
+    }
+    return table[op]
+
+
+def _gelu(x: Expr) -> Expr:
+    return x * 0.5 * (te.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+
+
+def _gelu_tanh(x: Expr) -> Expr:
+    inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+    return x * 0.5 * (te.tanh(inner) + 1.0)
+
+
+def _np_sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _np_erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return np.asarray(erf(x))
+
+
+def _np_unary(op: str, a: Attrs) -> Callable[[np.ndarray], np.ndarray]:
+    alpha = a.get("alpha")
+    beta = a.get("beta")
+    table: dict[str, Callable[[np.ndarray], Any]] = {
+        "Sqrt": np.sqrt,
+        "Exp": np.exp,
+        "Log": np.log,
+        "Tanh": np.tanh,
+        "Sigmoid": _np_sigmoid,
+        "Erf": _np_erf,
+        "Abs": np.abs,
+        "Neg": np.negative,
+        "Reciprocal": lambda x: 1 / x,
+        "Relu": lambda x: np.maximum(x, 0),
+        "LeakyRelu": lambda x: np.where(x < 0, x * (0.01 if alpha is None else alpha), x),
+        "Elu": lambda x: np.where(x < 0, (np.exp(x) - 1) * (1.0 if alpha is None else alpha), x),
+        "Selu": lambda x: (
+            np.where(
+                x <= 0,
+                np.exp(x) * (_SELU_ALPHA if alpha is None else alpha)
+                - (_SELU_ALPHA if alpha is None else alpha),
+                x,
+            )
+            * a.get("gamma", _SELU_GAMMA)
+        ),
+        "HardSigmoid": lambda x: np.clip(
+            x * (0.2 if alpha is None else alpha) + (0.5 if beta is None else beta), 0, 1
+        ),
+        "HardSwish": lambda x: x * np.clip(x * (1 / 6) + 0.5, 0, 1),
+        "Softplus": lambda x: np.maximum(x, 0) + np.log(np.exp(-np.abs(x)) + 1),
+        "Gelu": lambda x: (
+            x * 0.5 * (np.tanh((x + 0.044715 * x**3) * math.sqrt(2 / math.pi)) + 1)
+            if a.get("approximate", "none") == "tanh"
+            else x * 0.5 * (_np_erf(x / math.sqrt(2)) + 1)
+        ),
+        "Floor": np.floor,
+        "Ceil": np.ceil,
+        "Round": np.round,
+        "Sign": np.sign,
+        "Not": np.logical_not,
+    }
+    return table[op]
+
+
+_UNARY_OPS = tuple(
+    [
+        "Sqrt",
+        "Exp",
+        "Log",
+        "Tanh",
+        "Sigmoid",
+        "Erf",
+        "Abs",
+        "Neg",
+        "Reciprocal",
+        "Relu",
+        "LeakyRelu",
+        "Elu",
+        "Selu",
+        "HardSigmoid",
+        "HardSwish",
+        "Softplus",
+        "Gelu",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Sign",
+        "Not",
+    ]
+)
+
+
+def unary(op: str, attrs: Attrs | None = None) -> Unary:
+    """The te function of unary operator ``op`` with its ONNX attributes (defaults filled in).
+
+    >>> f = unary("HardSigmoid", {"alpha": 0.25})
+    """
+    if op not in _UNARY_OPS:
+        raise GraphError(f"operator {op} is not a unary elementwise operator")
+    return _te_unary(op, attrs or {})
+
+
+#: Each unary operator with its default attributes, as a function on te expressions.
+UNARY: dict[str, Unary] = {op: unary(op) for op in _UNARY_OPS}
+
+
+def _eval_unary(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = input_array(node, arrays, 0)
+    with np.errstate(all="ignore"):
+        return [_result(_np_unary(node.op, node.attrs)(x), x.dtype)]
+
+
+def _lower_unary(ctx: LowerContext) -> list[Tensor]:
+    return _lower_map(ctx, unary(ctx.node.op, ctx.node.attrs), [0])
+
+
+def input_array(node: Node, arrays: Sequence[np.ndarray | None], i: int) -> np.ndarray:
+    """Input ``i`` of an evaluation; GraphError naming the node when it is omitted."""
+    x = arrays[i] if i < len(arrays) else None
+    if x is None:
+        raise GraphError(f"{node.describe()} needs input {i}")
+    return np.asarray(x)
+
+
+for _op in _UNARY_OPS:
+    register(_op, OpKind.ELEMENTWISE, lower=_lower_unary)(_eval_unary)
+
+
+# -- binary operators ------------------------------------------------------------
+
+
+def _np_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if is_float(a.dtype.name):
+        return a / b
+    # ONNX (like C) truncates integer quotients toward zero; NumPy floors them.
+    q = np.floor_divide(a, b)
+    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return q + fix.astype(q.dtype)
+
+
+def _te_div(a: Expr, b: Expr) -> Expr:
+    if is_float(a.dtype):
+        return a / b
+    q, r = a // b, a % b  # Python's floor semantics in the kernel
+    return te.if_then_else(te.not_equal(r, 0) & te.not_equal(a < 0, b < 0), q + 1, q)
+
+
+#: Binary operators: name -> (NumPy function, te function).
+BINARY: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Expr, Expr], Expr]]] = {
+    "Add": (np.add, lambda a, b: a + b),
+    "Sub": (np.subtract, lambda a, b: a - b),
+    "Mul": (np.multiply, lambda a, b: a * b),
+    "Div": (_np_div, _te_div),
+    "Equal": (np.equal, te.equal),
+    "Less": (np.less, lambda a, b: a < b),
+    "Greater": (np.greater, lambda a, b: a > b),
+    "LessOrEqual": (np.less_equal, lambda a, b: a <= b),
+    "GreaterOrEqual": (np.greater_equal, lambda a, b: a >= b),
+    "And": (np.logical_and, lambda a, b: a & b),
+    "Or": (np.logical_or, lambda a, b: a | b),
+    "Xor": (np.logical_xor, te.not_equal),
+}
+_BOOL_RESULT = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+
+
+def _eval_binary(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    a, b = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    dtype = np.bool_ if node.op in _BOOL_RESULT else a.dtype
+    with np.errstate(all="ignore"):
+        return [_result(BINARY[node.op][0](a, b), dtype)]
+
+
+def _lower_binary(ctx: LowerContext) -> list[Tensor]:
+    return _lower_map(ctx, BINARY[ctx.node.op][1], [0, 1])
+
+
+for _op in BINARY:
+    register(_op, OpKind.ELEMENTWISE, lower=_lower_binary)(_eval_binary)
+
+
+@register("Mod", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_mod(ctx))
+def _eval_mod(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """``fmod=0``: the remainder takes the divisor's sign (Python's); ``fmod=1``: the dividend's (C's)."""
+    a, b = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    with np.errstate(all="ignore"):
+        out = np.fmod(a, b) if node.attrs.get("fmod", 0) else np.mod(a, b)
+    return [_result(out, a.dtype)]
+
+
+def _lower_mod(ctx: LowerContext) -> list[Tensor]:
+    def fn(a: Expr, b: Expr) -> Expr:
+        r = a % b  # Python's remainder in the kernel, for ints and floats
+        if not ctx.node.attrs.get("fmod", 0):
+            return r
+        return te.if_then_else(te.not_equal(r, 0) & te.not_equal(a < 0, b < 0), r - b, r)
+
+    return _lower_map(ctx, fn, [0, 1])
+
+
+@register("PRelu", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_map(ctx, _te_prelu, [0, 1]))
+def _eval_prelu(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x, slope = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    return [_result(np.where(x < 0, x * slope, x), x.dtype)]
+
+
+def _te_prelu(x: Expr, slope: Expr) -> Expr:
+    return te.if_then_else(x < 0, x * slope, x)
+
+
+@register("Pow", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_pow(ctx))
+def _eval_pow(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    a, b = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    with np.errstate(all="ignore"):
+        if not is_float(a.dtype.name):
+            return [_result(np.power(a.astype(np.float64), b), a.dtype)]
+        return [_result(np.power(a, b.astype(a.dtype)), a.dtype)]
+
+
+def _const_scalar(data: np.ndarray | None) -> float | None:
+    """The one value of a constant whose elements are all equal, else None."""
+    if data is None or data.size == 0:
+        return None
+    flat = data.ravel()
+    return float(flat[0]) if bool(np.all(flat == flat[0])) else None
+
+
+def _lower_pow(ctx: LowerContext) -> list[Tensor]:
+    out = ctx.outputs[0]
+    exponent = _const_scalar(ctx.consts[1] if len(ctx.consts) > 1 else None)
+    special: dict[float, Unary] = {
+        1.0: lambda v: v,
+        2.0: lambda v: v * v,
+        3.0: lambda v: v * v * v,
+        0.5: te.sqrt,
+        -1.0: lambda v: 1.0 / v,
+    }
+    if exponent in special and (is_float(out.dtype) or exponent >= 1):
+        return _lower_map(ctx, special[exponent], [0])
+    if not is_float(out.dtype):
+        return _lower_map(ctx, lambda a, b: te.pow(a.astype("float64"), b), [0, 1])
+    return _lower_map(ctx, lambda a, b: te.pow(a, b.astype(a.dtype)), [0, 1])
+
+
+# -- variadic, Where, Clip, Cast --------------------------------------------------
+
+_VARIADIC: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Expr, Expr], Expr]]] = {
+    "Sum": (np.add, lambda a, b: a + b),
+    "Mean": (np.add, lambda a, b: a + b),
+    "Max": (np.maximum, te.maximum),
+    "Min": (np.minimum, te.minimum),
+}
+
+
+def _present(node: Node) -> list[int]:
+    return [i for i, name in enumerate(node.inputs) if name]
+
+
+def _eval_variadic(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    xs = [input_array(node, arrays, i) for i in _present(node)]
+    if not xs:
+        raise GraphError(f"{node.describe()} needs at least one input")
+    acc = functools.reduce(_VARIADIC[node.op][0], xs)
+    if node.op == "Mean":
+        acc = acc / len(xs)
+    return [_result(acc, xs[0].dtype)]
+
+
+def _lower_variadic(ctx: LowerContext) -> list[Tensor]:
+    combine = _VARIADIC[ctx.node.op][1]
+    present = _present(ctx.node)
+
+    def fn(*xs: Expr) -> Expr:
+        acc = functools.reduce(combine, xs)
+        return acc / _c(len(xs), acc) if ctx.node.op == "Mean" else acc
+
+    return _lower_map(ctx, fn, present)
+
+
+for _op in _VARIADIC:
+    register(_op, OpKind.ELEMENTWISE, lower=_lower_variadic)(_eval_variadic)
+
+
+@register(
+    "Where", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_map(ctx, te.if_then_else, [0, 1, 2])
+)
+def _eval_where(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    c, x, y = (input_array(node, arrays, i) for i in range(3))
+    return [_result(np.where(c, x, y), x.dtype)]
+
+
+def _clip_bounds(
+    node: Node, values: Sequence[np.ndarray | None]
+) -> tuple[float | np.ndarray | None, float | np.ndarray | None]:
+    """Clip's (min, max): attributes before opset 11, optional scalar inputs from 11 (None: none)."""
+    lo: Any = node.attrs.get("min")
+    hi: Any = node.attrs.get("max")
+    for pos in (1, 2):
+        if pos < len(node.inputs) and node.inputs[pos]:
+            v = values[pos] if pos < len(values) else None
+            if pos == 1:
+                lo = v
+            else:
+                hi = v
+    return lo, hi
+
+
+@register("Clip", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_clip(ctx))
+def _eval_clip(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = input_array(node, arrays, 0)
+    lo, hi = _clip_bounds(node, arrays)
+    out = x
+    # max then min: where min > max every element becomes max, as ONNX says.
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo).astype(x.dtype))
+    if hi is not None:
+        out = np.minimum(out, np.asarray(hi).astype(x.dtype))
+    return [_result(out, x.dtype)]
+
+
+def _lower_clip(ctx: LowerContext) -> list[Tensor]:
+    node = ctx.node
+    x = ctx.tensor(0)
+    lo, hi = _clip_bounds(node, ctx.consts)
+    tensors = {
+        pos: ctx.inputs[pos] for pos in (1, 2) if pos < len(node.inputs) and node.inputs[pos]
+    }
+
+    def bound(value: Any, pos: int, v: Expr) -> Expr | None:
+        if value is not None:
+            data = np.asarray(value).astype(x.dtype).ravel()
+            return te.const(data[0].item(), x.dtype)
+        t = tensors.get(pos)
+        return None if t is None else t[(Const(0, "int64"),) * t.ndim].astype(v.dtype)
+
+    def fn(v: Expr) -> Expr:
+        b_lo, b_hi = bound(lo, 1, v), bound(hi, 2, v)
+        if b_lo is not None:
+            v = te.maximum(v, b_lo)
+        if b_hi is not None:
+            v = te.minimum(v, b_hi)
+        return v
+
+    return _lower_map(ctx, fn, [0])
+
+
+def cast_dtype(node: Node, code: Any) -> str:
+    """The NumPy dtype name of ONNX element type ``code``; GraphError if not supported."""
+    try:
+        return ONNX_DTYPES[int(code)]
+    except (KeyError, TypeError, ValueError):
+        raise GraphError(
+            f"{node.describe()} casts to ONNX type {code!r}, which is not supported"
+        ) from None
+
+
+@register("Cast", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_map(ctx, lambda x: x, [0]))
+def _eval_cast(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x = input_array(node, arrays, 0)
+    with np.errstate(all="ignore"):
+        return [_result(x, cast_dtype(node, node.attrs.get("to")))]
+
+
+@register("CastLike", OpKind.ELEMENTWISE, lower=lambda ctx: _lower_map(ctx, lambda x: x, [0]))
+def _eval_cast_like(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    x, like = input_array(node, arrays, 0), input_array(node, arrays, 1)
+    with np.errstate(all="ignore"):
+        return [_result(x, like.dtype)]
