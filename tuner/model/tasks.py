@@ -99,7 +99,10 @@ def _group_kernels(b: _Builder, node: Node) -> None:
         _generic(b, group, list(group.nodes))
         return
     steps, extras, used = list(made.steps), list(made.extras), 0
-    if made.op not in _SINGLE:
+    if steps and not _takes_epilogue(made.op):
+        _generic(b, group, list(group.nodes))
+        return
+    if _takes_epilogue(made.op):
         more, more_extras, used = _epilogue(
             b, chain, first.outputs[0], values, made.out_shape, made.channel_axis
         )
@@ -114,6 +117,11 @@ def _group_kernels(b: _Builder, node: Node) -> None:
     covered, rest = [first, *chain[:used]], chain[used:]
     final = group.outputs[0]
     out = _intermediate(b, covered[-1].outputs[0], values) if rest else final
+    for name in (*inputs, *extras):  # constants the fusion copied into the group
+        v = values[name]
+        if name not in b.values and name not in b.new_values and v.data is not None:
+            b.new_values[name] = v
+            b.consts[name] = v.data
     b.specs.append(
         KernelSpec(
             Task.make(made.op, args, b.target),
@@ -502,5 +510,10 @@ _TEMPLATES: dict[str, Matcher] = {
     "LogSoftmax": _softmax,
     "LayerNormalization": _layer_norm,
 }
-#: Templates with no epilogue argument.
-_SINGLE = {"max_pool2d", "avg_pool2d", "global_avg_pool2d", "softmax", "log_softmax", "layer_norm"}
+
+
+def _takes_epilogue(op: str) -> bool:
+    """Whether the template has an ``epilogue`` argument (pools and row operators have none)."""
+    from search_spaces import get_operator
+
+    return any(p.name == "epilogue" for p in get_operator(op).params)
