@@ -329,7 +329,7 @@ class _Plan:
         for u in order:
             pct = f"{100 * share[u.key]:5.1f}%" if u.key in share else "     -"
             ops = u.ops if len(u.ops) <= 34 else u.ops[:31] + "..."
-            key = u.key if len(u.key) <= 90 else u.key[:87] + "..."
+            key = _short_key(u.key)
             lines.append(
                 f"{ops:<34} {u.weight:>6}  {'tuned' if u.tuned else 'default':<8} {pct}  {key}"
             )
@@ -346,6 +346,16 @@ class _Plan:
             )
         for note in self.notes:
             warnings.warn(note, RecordChoiceWarning, stacklevel=5)
+
+
+def _short_key(key: str) -> str:
+    """A task key as the summary shows it: a generic group by its digest, not its whole text."""
+    if key.startswith("fused(graph="):
+        from ..graph.canonical import digest
+
+        text, _, where = key[len("fused(graph=") :].rpartition(")@")
+        return f"fused[{digest(text)}]@{where}"
+    return key if len(key) <= 110 else key[:107] + "..."
 
 
 def _dims(v: Value) -> tuple[int, ...]:

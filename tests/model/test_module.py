@@ -1,0 +1,147 @@
+"""compile_model end to end on small models: results against onnxruntime, inputs checked."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tuner
+from tuner.graph import GraphError
+from tuner.model import ModelInputError
+
+from .conftest import helper, make_model, ort_outputs, residual_block
+
+
+def test_a_residual_block_matches_onnxruntime_fused_and_unfused(rng, tmp_path):
+    model = residual_block(rng)
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    (want,) = ort_outputs(model, {"x": x})
+    fused = tuner.compile_model(model)
+    unfused = tuner.compile_model(model, fuse=False)
+    for mod in (fused, unfused):
+        (got,) = mod.run({"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # BN folds into the first conv; the residual add and relu fuse into a kernel.
+    assert len(fused.plans[0].specs) < len(unfused.plans[0].specs)
+    ops = [s.ops for s in fused.plans[0].specs]
+    assert ops[0].startswith("Conv")
+    assert "BatchNormalization" not in "+".join(ops)
+
+
+def test_symbolic_batch_compiles_per_shape_on_first_sight(rng):
+    model = residual_block(rng, batch="batch")
+    mod = tuner.compile_model(model)
+    assert mod.plans == []
+    assert "run it once" in mod.summary()
+    for n in (1, 3):
+        x = rng.standard_normal((n, 3, 7, 7)).astype(np.float32)
+        (got,) = mod.run({"x": x})
+        np.testing.assert_allclose(got, ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert [p.signature for p in mod.plans] == [((1, 3, 7, 7),), ((3, 3, 7, 7),)]
+    given = tuner.compile_model(model, shapes={"x": (4, 3, 7, 7)})
+    assert [p.signature for p in given.plans] == [((4, 3, 7, 7),)]
+
+
+def test_bad_inputs_get_one_line_each(rng):
+    mod = tuner.compile_model(residual_block(rng))
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    cases = [
+        ({"y": x}, "the model has no input 'y'; its inputs are x"),
+        ({}, "input 'x' is missing"),
+        ({"x": x.astype(np.float64)}, "input 'x' must be float32, got float64"),
+        ({"x": x[:1]}, "input 'x' must have shape 2x3x7x7, got 1x3x7x7"),
+    ]
+    for feeds, message in cases:
+        with pytest.raises(ModelInputError) as err:
+            mod.run(feeds)
+        assert str(err.value) == message
+
+
+def test_outputs_are_fresh_arrays_and_intermediates_are_planned(rng):
+    # y1 is an output that a later kernel also reads; y2 a view of an intermediate.
+    nodes = [
+        helper.make_node("Exp", ["x"], ["y1"]),
+        helper.make_node("Tanh", ["y1"], ["t"]),
+        helper.make_node("Sigmoid", ["t"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["u"], perm=[1, 0]),
+        helper.make_node("Flatten", ["u"], ["y2"], axis=0),
+    ]
+    model = make_model(
+        nodes,
+        {"x": ("float32", (3, 5))},
+        {"y1": ("float32", (3, 5)), "y2": ("float32", (1, 15))},
+    )
+    mod = tuner.compile_model(model, fuse=False)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    first = mod.run({"x": x})
+    second = mod.run({"x": x})
+    for got, want in zip(first, ort_outputs(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert all(not np.shares_memory(a, b) for a, b in zip(first, second, strict=True))
+    plan = mod.plans[0]
+    assert all(not np.shares_memory(out, plan.arena) for out in first)
+    assert plan.arena_bytes > 0
+
+
+def test_an_output_that_is_an_input_or_a_constant_is_a_copy(rng):
+    nodes = [
+        helper.make_node("Identity", ["x"], ["y"]),
+        helper.make_node("Constant", [], ["k"], value_float=2.5),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (4,))}, {"y": ("float32", (4,)), "k": ("float32", ())}
+    )
+    x = np.arange(4, dtype=np.float32)
+    y, k = tuner.compile_model(model).run({"x": x})
+    np.testing.assert_array_equal(y, x)
+    assert not np.shares_memory(y, x)
+    assert k.shape == () and float(k) == 2.5
+
+
+def test_an_unsupported_operator_fails_before_anything_runs():
+    nodes = [helper.make_node("Unique", ["x"], ["y"])]
+    model = make_model(nodes, {"x": ("float32", (4,))}, {"y": ("float32", None)})
+    with pytest.raises(
+        GraphError, match=r"^unsupported operator Unique \(node 'Unique_0', opset 17\)$"
+    ):
+        tuner.compile_model(model)
+
+
+def test_untuned_tasks_get_one_warning_that_counts_them(rng, tmp_path):
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mod = tuner.compile_model(residual_block(rng), log)
+    untuned = [w for w in caught if issubclass(w.category, tuner.UntunedWorkloadWarning)]
+    assert len(untuned) == 1
+    n = len(mod.plans[0].tasks())
+    assert f"{n} of {n} tasks have no tuning record" in str(untuned[0].message)
+
+
+@pytest.mark.slow
+def test_a_tuned_task_takes_its_record_and_the_rest_are_counted(rng, tmp_path):
+    from tuner.tune import TuneOptions, tune
+
+    model = residual_block(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = tuner.compile_model(model)
+    spec = first.plans[0].specs[-1]  # the Gemm: a dense task
+    log = tmp_path / "tune.jsonl"
+    opts = TuneOptions(trials=3, log=log, threads=first.target.threads, retime=0, baseline=False)
+    tune(spec.task.workload.op, spec.task.workload.as_dict(), opts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mod = tuner.compile_model(model, log, target=first.target)
+    uses = {u.key: u for u in mod.plans[0].tasks()}
+    assert uses[spec.task.key].tuned
+    assert sum(u.tuned for u in uses.values()) == 1
+    untuned = [w for w in caught if issubclass(w.category, tuner.UntunedWorkloadWarning)]
+    assert len(untuned) == 1 and f"{len(uses) - 1} of {len(uses)} tasks" in str(untuned[0].message)
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(
+        mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5
+    )
