@@ -54,7 +54,9 @@ def fused(graph: Graph, enabled: bool = True) -> Graph:
         for name in group.inputs:
             v = f.value(name)
             assert v.data is None or v.data.size > SMALL_CONST
-        needed = {n.inputs[k] for n in group.nodes for k in opdef(n.op).const_inputs}
+        needed = {
+            n.inputs[k] for n in group.nodes for k in opdef(n.op).const_inputs if k < len(n.inputs)
+        }
         for c in group.constants():
             assert c.data is not None and (c.data.size <= SMALL_CONST or c.name in needed)
     return f
