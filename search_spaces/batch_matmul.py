@@ -17,6 +17,10 @@ loop, so that a batch of small matrices still feeds every core::
 Attention's matrices are small (a 128 x 64 block of B is 32 KiB), so packing
 B may cost more than it saves unless B is transposed, hence the knob.
 
+``epilogue`` (``search_spaces._epilogue``) fuses elementwise steps after the
+product, a channel being a column of ``C``: the output is then a stage ``Y``
+that computes ``C`` block by block while it is in cache, with the same knobs.
+
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
 >>> space = config_space(12, 128, 128, 64, target=target)
 >>> s, tensors = schedule(default_config(12, 128, 128, 64, target=target), 12, 128, 128, 64)

@@ -535,7 +535,7 @@ def _register() -> None:
     register_operator(
         Operator(
             name="conv2d",
-            doc="Y = conv2d(X, W) (+ bias, relu) as PyTorch's, NCHW or NHWC",
+            doc="Y = conv2d(X, W) (+ bias, relu, epilogue steps) as PyTorch's, NCHW or NHWC",
             params=(
                 *IMAGE_PARAMS,
                 Param("K", int, doc="output channels"),

@@ -40,6 +40,10 @@ schedule language has no "on the last block" epilogue; computing ``C`` at
 computed at a loop of a stage that reads it). Without bias and activation the
 output is the product itself, scheduled exactly like matmul.
 
+``epilogue`` (``search_spaces._epilogue``) adds elementwise steps after the
+activation, a channel being an output feature; they are computed in ``Y``
+with the bias, so the space is that of a bias.
+
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
 >>> cfg = config_space(128, 768, 3072, True, "relu", target).validate(
 ...     default_config(128, 768, 3072, True, "relu", target=target))

@@ -16,6 +16,10 @@ LLVM's loop vectorizer, which handles rows of any width), or in a register tile
 is copied once (``pad_at=root``), per channel plane just before its use
 (``channel``), or inlined as a conditional load.
 
+``epilogue`` (``search_spaces._epilogue``) fuses elementwise steps after the
+sum, a channel being ``C``: the sum is then a stage computed tile by tile
+inside the output's loops (see :func:`depthwise_schedule`), with the same knobs.
+
 The parameters, the definition and the reference are conv2d's
 (``search_spaces.conv2d``); this module adds the NumPy peer, the knobs and
 the schedule.

@@ -29,6 +29,12 @@ loads NR adjacent values of B per k (unpacked, it would gather them with a
 stride of K). ``trans_a`` reads A as ``[K, M]``: the tile's MR values of A for
 one k are then adjacent, and packing A makes its panels contiguous too.
 
+``epilogue`` (``search_spaces._epilogue``, float dtypes only) fuses
+elementwise steps after the product (a bias ``add@c``, a residual ``add@f``,
+an activation), a channel being a column of ``C``: the output is then a stage
+``Y`` that computes ``C`` one ``MC x NC`` block at a time while it is in
+cache (:func:`search_spaces._gemm.blocked_output`), with the same knobs.
+
 :func:`register_blocked` applies this nest to any stage that is a sum of
 products over one reduction axis, so ``batch_matmul`` (with a batch loop
 outside) and ``dense`` (computed inside its epilogue's loops) reuse it.
