@@ -26,12 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tuner import te
 from tuner.schedule import Schedule
 from tuner.schedule.schedule import AxisRef
 from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._epilogue import Epilogue
 from ._target import resolve
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Packing",
     "accumulator_budget",
     "accumulator_lanes",
+    "blocked_output",
     "default_k_unroll",
     "define_gemm_knobs",
     "gemm_default",
@@ -47,6 +50,7 @@ __all__ = [
     "mr_choices",
     "nr_choices",
     "operand_packing",
+    "output_stage",
     "pack_panels",
     "register_blocked",
     "tile_registers",
@@ -332,3 +336,49 @@ def pack_panels(
     s[P].vectorize(ti)
     if parallel:
         s[P].parallel(to)
+
+
+def output_stage(C: Tensor, epilogue: Epilogue) -> tuple[list[Tensor], Tensor]:
+    """The epilogue's extra inputs and the output ``Y = epilogue(C)``.
+
+    The channel of an element is its column (``C``'s last dim), as a Linear's
+    output features; a ``@f`` input has ``C``'s shape.
+    """
+    shape = C.shape_ints
+    extras = epilogue.placeholders(shape[-1], shape, C.dtype)
+    Y = te.compute(shape, lambda *i: epilogue.apply(C[i], i[-1], i, extras), name="Y")
+    return extras, Y
+
+
+def blocked_output(
+    s: Schedule, Y: Tensor, C: Tensor, cfg: Mapping[str, Any]
+) -> tuple[list[AxisRef], int]:
+    """Compute ``C`` block by block inside the epilogue ``Y``'s loops, while it is in cache.
+
+    ``Y``'s columns and rows are cut as the nest's NC and MC blocks; ``C``'s
+    nest (:func:`register_blocked`, to be called next) covers one ``MC x NC``
+    block at ``io``, and the epilogue reads the block back from L2, row by
+    row, ``NR`` lanes at a time::
+
+        for jo in N / NC:                     # returned: Y's outer axes (a batch) and jo
+          for io in M / MC:
+            C's nest on this MC x NC block
+            for ii in MC:
+              for jb in NC / NR:
+                for jv in NR:                 # vectorized
+                  Y = epilogue(C)
+
+    Returns ``Y``'s outer loops (a batch, then ``jo``) and the block's width,
+    ``min(NC, N)``: the ``nc`` to pass to :func:`register_blocked`, so that a
+    matrix narrower than NC runs no empty column panels.
+    """
+    mr, nr = int(cfg["mr"]), int(cfg["nr"])
+    mc, nc = mr * int(cfg["mc_tiles"]), nr * int(cfg["nc_tiles"])
+    *outer, i, j = s[Y].op.axis
+    jo, ji = s[Y].split(j, factor=nc)
+    jb, jv = s[Y].split(ji, factor=nr)
+    io, ii = s[Y].split(i, factor=mc)
+    s[Y].reorder(*outer, jo, io, ii, jb, jv)
+    s[Y].vectorize(jv)
+    s[C].compute_at(s[Y], io)
+    return [*outer, jo], min(nc, Y.shape_ints[-1])

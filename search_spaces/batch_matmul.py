@@ -17,6 +17,10 @@ loop, so that a batch of small matrices still feeds every core::
 Attention's matrices are small (a 128 x 64 block of B is 32 KiB), so packing
 B may cost more than it saves unless B is transposed, hence the knob.
 
+``epilogue`` (``search_spaces._epilogue``) fuses elementwise steps after the
+product, a channel being a column of ``C``: the output is then a stage ``Y``
+that computes ``C`` block by block while it is in cache, with the same knobs.
+
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
 >>> space = config_space(12, 128, 128, 64, target=target)
 >>> s, tensors = schedule(default_config(12, 128, 128, 64, target=target), 12, 128, 128, 64)
@@ -24,7 +28,7 @@ B may cost more than it saves unless B is transposed, hence the knob.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,10 +39,14 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
+from ._epilogue import parse as parse_epilogue
 from ._gemm import (
+    blocked_output,
     define_gemm_knobs,
     gemm_default,
     operand_packing,
+    output_stage,
     register_blocked,
 )
 from ._target import resolve
@@ -61,12 +69,24 @@ def define(
     return A, B, C
 
 
-def reference(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
-    return np.matmul(a, b.transpose(0, 2, 1) if trans_b else b)
+def reference(
+    a: np.ndarray,
+    b: np.ndarray,
+    trans_b: bool = False,
+    epilogue: str = NONE,
+    extras: Sequence[np.ndarray] = (),
+) -> np.ndarray:
+    """The products (float64 sums for an epilogue, applied to ``extras`` in float64 too)."""
+    bt = b.transpose(0, 2, 1) if trans_b else b
+    if epilogue == NONE:
+        return np.matmul(a, bt)
+    y = np.matmul(a.astype(np.float64), bt.astype(np.float64))
+    return apply_numpy(epilogue, y, extras, channel_axis=2).astype(a.dtype)
 
 
-def flops(batch: int, M: int, N: int, K: int) -> float:
-    return 2.0 * batch * M * N * K
+def flops(batch: int, M: int, N: int, K: int, epilogue: str = NONE) -> float:
+    """Multiply-adds, and one operation per output per epilogue step."""
+    return 2.0 * batch * M * N * K + parse_epilogue(epilogue).flops(batch * M * N)
 
 
 def config_space(
@@ -110,16 +130,29 @@ def schedule(
     K: int,
     dtype: str = "float32",
     trans_b: bool = False,
+    epilogue: str = NONE,
 ) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+    """The schedule for ``cfg`` (validate configs from outside against config_space first).
+
+    With an epilogue the output is a stage ``Y`` after the products ``C``;
+    each batch's nest computes ``C`` one ``MC x NC`` block at a time inside
+    ``Y``'s block loops (see :func:`search_spaces._gemm.blocked_output`), and
+    the batch and ``Y``'s column blocks are the parallel loop.
+    """
     A, B, C = define(batch, M, N, K, dtype, trans_b)
-    s = te.create_schedule(C)
+    steps = parse_epilogue(epilogue)
+    extras, Y = output_stage(C, steps) if steps else ([], C)
+    s = te.create_schedule(Y)
+    outer, nc = blocked_output(s, Y, C, cfg) if steps else ([], None)
     b = s[C].op.axis[0]
     pack = operand_packing(B, trans_b, "B") if cfg["pack_b"] else None
-    loops = register_blocked(s, C, cfg, outer=(b,), pack_b=pack)
+    loops = register_blocked(s, C, cfg, outer=(b,), pack_b=pack, nc=nc)
     if cfg["parallel"]:
-        s[C].parallel(s[C].fuse(b, loops.jo))
-    return s, [A, B, C]
+        if outer:
+            s[Y].parallel(s[Y].fuse(*outer))
+        else:
+            s[C].parallel(s[C].fuse(b, loops.jo))
+    return s, [A, B, *extras, Y]
 
 
 def _register() -> None:
@@ -137,26 +170,33 @@ def _register() -> None:
                 Param("K", int, doc="columns of A, rows of B"),
                 Param("dtype", str, "float32", ("float32", "float64")),
                 Param("trans_b", bool, False, doc="B is given as B x N x K (C = A @ B.T)"),
+                Param("epilogue", str, NONE, doc=PARAM_DOC),
             ),
             space=lambda a, target: config_space(
                 a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], target
             ),
             schedule=lambda cfg, a, target: schedule(
-                cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"]
+                cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], _epi(a)
             ),
             default_config=lambda a, target: default_config(
                 a["B"], a["M"], a["N"], a["K"], a["dtype"], target
             ),
             reference=_registry_reference,
-            flops=lambda a: flops(a["B"], a["M"], a["N"], a["K"]),
+            flops=lambda a: flops(a["B"], a["M"], a["N"], a["K"], _epi(a)),
+            check=lambda a: check_epilogue(_epi(a), a["dtype"], "batch_matmul"),
         )
     )
 
 
 def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     """``reference(*inputs, **parsed_args)`` as the registry calls it (trans_b is an arg)."""
-    a, b = arrays
-    return reference(a, b, trans_b=bool(args.get("trans_b", False)))
+    a, b, *extras = arrays
+    return reference(a, b, bool(args.get("trans_b", False)), _epi(args), extras)
+
+
+def _epi(args: Mapping[str, Any]) -> str:
+    """The epilogue argument (absent where the caller passes the arguments of an old log)."""
+    return str(args.get("epilogue", NONE))
 
 
 _register()

@@ -26,9 +26,11 @@ in NHWC, where channels are contiguous); ``vector=ow`` makes the output columns
 the SIMD axis (a vector load of a row of the input times a broadcast weight).
 The register constraint keeps the tile within the target's vector registers
 less four (12 with AVX2, 28 with AVX-512's 32); the SIMD axis is whole
-vectors of the target's lanes, one to four of them. A bias or a
-relu makes the convolution a stage computed inside the output's row (and
-channel block) loop, so the epilogue reads a tile that is still in cache.
+vectors of the target's lanes, one to four of them. A bias, a
+relu or ``epilogue`` steps (``search_spaces._epilogue``: a residual add, a
+per-channel scale, clip, gelu ...) make the convolution a stage computed
+inside the output's row (and channel block) loop, so the epilogue reads a
+tile that is still in cache. The epilogue's extra inputs follow ``B``.
 
 ``depthwise_conv2d`` (``search_spaces.depthwise_conv2d``) shares this
 module's ``Conv2d`` parameters, definition and references.
@@ -40,7 +42,7 @@ module's ``Conv2d`` parameters, definition and references.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,8 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._epilogue import NONE, PARAM_DOC, Epilogue
+from ._epilogue import parse as parse_epilogue
 from ._gemm import accumulator_budget
 from ._target import resolve
 
@@ -96,6 +100,7 @@ class Conv2d:
     layout: str = "NCHW"
     bias: bool = False
     activation: str = "none"
+    epilogue: str = "none"  # the epilogue DSL (search_spaces._epilogue), after bias and relu
 
     @classmethod
     def from_args(cls, a: Mapping[str, Any]) -> Conv2d:
@@ -123,8 +128,20 @@ class Conv2d:
         return self.layout == "NHWC"
 
     @property
-    def epilogue(self) -> bool:
-        return self.bias or self.activation != "none"
+    def steps(self) -> Epilogue:
+        """The parsed ``epilogue`` text."""
+        return parse_epilogue(self.epilogue)
+
+    @property
+    def has_epilogue(self) -> bool:
+        """Whether an output stage ``Y`` follows the sum (a bias, relu or epilogue steps)."""
+        return self.bias or self.activation != "none" or self.epilogue != "none"
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (
+            (self.N, self.OH, self.OW, self.K) if self.nhwc else (self.N, self.K, self.OH, self.OW)
+        )
 
     def check(self) -> None:
         """Raise OperatorError (one sentence) for arguments that describe no convolution."""
@@ -141,6 +158,7 @@ class Conv2d:
                     f"the dilated window {name}={win} (dilation {self.dilation}, span {span}) "
                     f"does not fit the padded input ({size} + 2*{self.pad})"
                 )
+        self.steps  # noqa: B018 (parsing raises OperatorError for a bad text)
 
 
 # -- definition ---------------------------------------------------------------------------
@@ -186,7 +204,7 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
     def chan(k: te.Expr) -> te.Expr:
         return c if p.groups == 1 else (k // Kg) * Cg + c
 
-    name = "conv" if p.epilogue else "Y"
+    name = "conv" if p.has_epilogue else "Y"
     if p.nhwc:
         conv = te.compute(
             (p.N, p.OH, p.OW, p.K),
@@ -204,11 +222,13 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
             name=name,
         )
     out["conv"] = conv
-    if not p.epilogue:
+    if not p.has_epilogue:
         out["Y"] = conv
         return out
     if p.bias:
         out["B"] = te.placeholder((p.K,), "float32", name="B")
+    for e in p.steps.placeholders(p.K, p.out_shape):
+        out[e.name] = e
     if p.nhwc:
         out["Y"] = te.compute(
             conv.shape_ints, lambda n, oh, ow, k: _epilogue(p, out, (n, oh, ow, k), k), name="Y"
@@ -227,11 +247,16 @@ def _epilogue(p: Conv2d, t: dict[str, Tensor], idx: tuple[te.Expr, ...], k: te.E
         value = value + t["B"][k]
     if p.activation == "relu":
         value = te.maximum(value, 0.0)
-    return value
+    return p.steps.apply(value, k, idx, _extras(p, t))
+
+
+def _extras(p: Conv2d, t: dict[str, Tensor]) -> list[Tensor]:
+    """The epilogue's extra inputs ``E0``, ``E1`` ... (after X, W and B)."""
+    return [t[f"E{i}"] for i in range(len(p.steps.extras))]
 
 
 def define(p: Conv2d) -> list[Tensor]:
-    """The kernel's arguments: ``X``, ``W``, (``B``,) ``Y``."""
+    """The kernel's arguments: ``X``, ``W``, (``B``,) the epilogue's extra inputs, ``Y``."""
     return _arguments(p, stages(p))
 
 
@@ -255,13 +280,22 @@ def _finish(p: Conv2d, y: np.ndarray, b: np.ndarray | None, nchw: bool = True) -
     return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if p.nhwc and nchw else y
 
 
-def reference(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """The convolution by einsum over the windows of the padded input (float64 sums)."""
+def reference(
+    p: Conv2d,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    extras: Sequence[np.ndarray] = (),
+) -> np.ndarray:
+    """The convolution by einsum over the windows of the padded input (float64 sums),
+    then the bias, the activation and the epilogue on its ``extras``."""
     xc = x.transpose(0, 3, 1, 2) if p.nhwc else x
     v = _windows(p, xc.astype(np.float64)).reshape(p.N, p.groups, p.Cg, p.OH, p.OW, p.R, p.S)
     wg = w.astype(np.float64).reshape(p.groups, p.K // p.groups, p.Cg, p.R, p.S)
     y = np.einsum("ngcyxrs,gkcrs->ngkyx", v, wg).reshape(p.N, p.K, p.OH, p.OW)
-    return _finish(p, y, None if b is None else b.astype(np.float64)).astype(np.float32)
+    y = _finish(p, y, None if b is None else b.astype(np.float64))
+    y = p.steps.apply_numpy(y, extras, channel_axis=3 if p.nhwc else 1)
+    return y.astype(np.float32)
 
 
 def numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -284,8 +318,9 @@ def numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = N
 
 
 def flops(p: Conv2d) -> float:
-    """Multiply-adds of the convolution, two FLOPs each (the epilogue is not counted)."""
-    return 2.0 * p.N * p.K * p.OH * p.OW * p.Cg * p.R * p.S
+    """Multiply-adds of the convolution, two FLOPs each, and one per output per epilogue step
+    (the bias and the relu are not counted)."""
+    return 2.0 * p.N * p.K * p.OH * p.OW * p.Cg * p.R * p.S + p.steps.flops(p.N * p.K * p.OH * p.OW)
 
 
 def bytes_moved(p: Conv2d) -> float:
@@ -422,7 +457,7 @@ def schedule(
             s[t["Xp"]].compute_inline()
         elif cfg["parallel"]:
             s[t["Xp"]].parallel(s[t["Xp"]].op.axis[1])
-    if p.epilogue:
+    if p.has_epilogue:
         n, k, oh, ow = _tile_axes(p, s, Y)
         oho, ohi = s[Y].split(oh, factor=ohr)
         ko, ki = s[Y].split(k, factor=kr)
@@ -438,12 +473,12 @@ def schedule(
         s[conv].compute_at(s[Y], outer[-1])
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
-    _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.epilogue)
+    _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.has_epilogue)
     return s, _arguments(p, t)
 
 
 def _arguments(p: Conv2d, t: dict[str, Tensor]) -> list[Tensor]:
-    return [t["X"], t["W"], *([t["B"]] if p.bias else []), t["Y"]]
+    return [t["X"], t["W"], *([t["B"]] if p.bias else []), *_extras(p, t), t["Y"]]
 
 
 def _conv_nest(
@@ -500,7 +535,7 @@ def _register() -> None:
     register_operator(
         Operator(
             name="conv2d",
-            doc="Y = conv2d(X, W) (+ bias, relu) as PyTorch's, NCHW or NHWC",
+            doc="Y = conv2d(X, W) (+ bias, relu, epilogue steps) as PyTorch's, NCHW or NHWC",
             params=(
                 *IMAGE_PARAMS,
                 Param("K", int, doc="output channels"),
@@ -509,6 +544,7 @@ def _register() -> None:
                 Param("layout", str, "NCHW", ("NCHW", "NHWC"), doc="of X and Y"),
                 Param("bias", bool, False, doc="add a bias B[K] in the epilogue"),
                 Param("activation", str, "none", ("none", "relu"), doc="fused epilogue"),
+                Param("epilogue", str, NONE, doc=PARAM_DOC),
             ),
             space=lambda a, target: config_space(Conv2d.from_args(a), target),
             schedule=lambda cfg, a, target: schedule(cfg, Conv2d.from_args(a), target),
@@ -524,7 +560,10 @@ def reference_from_args(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     """``reference(*inputs, **parsed_args)`` as the registry calls it (the window needs the args)."""
     if not args:
         raise TypeError("the conv2d reference needs the operator's arguments as keywords")
-    return reference(Conv2d.from_args(args), *arrays)
+    p = Conv2d.from_args(args)
+    x, w, *rest = arrays
+    b = rest.pop(0) if p.bias else None
+    return reference(p, x, w, b, rest)
 
 
 _register()

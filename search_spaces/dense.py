@@ -40,6 +40,10 @@ schedule language has no "on the last block" epilogue; computing ``C`` at
 computed at a loop of a stage that reads it). Without bias and activation the
 output is the product itself, scheduled exactly like matmul.
 
+``epilogue`` (``search_spaces._epilogue``) adds elementwise steps after the
+activation, a channel being an output feature; they are computed in ``Y``
+with the bias, so the space is that of a bias.
+
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
 >>> cfg = config_space(128, 768, 3072, True, "relu", target).validate(
 ...     default_config(128, 768, 3072, True, "relu", target=target))
@@ -49,7 +53,7 @@ output is the product itself, scheduled exactly like matmul.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,6 +64,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
+from ._epilogue import parse as parse_epilogue
 from ._gemm import (
     Packing,
     accumulator_budget,
@@ -98,18 +104,26 @@ ACTIVATIONS = tuple(_ACTIVATIONS)
 
 
 def _stages(
-    M: int, K: int, N: int, bias: bool, activation: str, transposed: bool = False
+    M: int,
+    K: int,
+    N: int,
+    bias: bool,
+    activation: str,
+    transposed: bool = False,
+    epilogue: str = NONE,
 ) -> tuple[list[Tensor], Tensor, Tensor]:
     """The inputs, the product ``C`` and the output ``Y`` (``C`` itself with no epilogue).
 
     ``transposed`` computes the product as ``C[j, i]`` (``N x M``), which the
-    output then reads transposed, with or without an epilogue.
+    output then reads transposed, with or without an epilogue. The inputs are
+    X, W, the bias (if any) and the extra inputs of ``epilogue``'s steps.
     """
     X = te.placeholder((M, K), "float32", name="X")
     W = te.placeholder((N, K), "float32", name="W")
     inputs = [X, W]
     k = te.reduce_axis(K, name="k")
-    plain = not bias and activation == "none" and not transposed
+    steps = parse_epilogue(epilogue)
+    plain = not bias and activation == "none" and not transposed and not steps
     if transposed:
         C = te.compute((N, M), lambda j, i: te.sum(W[j, k] * X[i, k], axis=k), name="C")
     else:
@@ -123,25 +137,38 @@ def _stages(
         return C[j, i] if transposed else C[i, j]
 
     act = _ACTIVATIONS[activation]
-    if bias:
-        b = te.placeholder((N,), "float32", name="bias")
-        inputs.append(b)
-        Y = te.compute((M, N), lambda i, j: act(product(i, j) + b[j]), name="Y")
-    else:
-        Y = te.compute((M, N), lambda i, j: act(product(i, j)), name="Y")
+    b = te.placeholder((N,), "float32", name="bias") if bias else None
+    extras = steps.placeholders(N, (M, N))
+    inputs += [*([b] if b is not None else []), *extras]
+
+    def output(i: Any, j: Any) -> te.Expr:
+        v = product(i, j) if b is None else product(i, j) + b[j]
+        return steps.apply(act(v), j, (i, j), extras)
+
+    Y = te.compute((M, N), output, name="Y")
     return inputs, C, Y
 
 
 def define(
-    batch: int, in_features: int, out_features: int, bias: bool = True, activation: str = "none"
+    batch: int,
+    in_features: int,
+    out_features: int,
+    bias: bool = True,
+    activation: str = "none",
+    epilogue: str = NONE,
 ) -> list[Tensor]:
-    """``X``, ``W``, ``bias`` (if any) and the output ``Y``, in PyTorch's argument order."""
-    inputs, _, Y = _stages(batch, in_features, out_features, bias, activation)
+    """``X``, ``W``, ``bias`` (if any), the epilogue's extra inputs and the output ``Y``."""
+    inputs, _, Y = _stages(batch, in_features, out_features, bias, activation, epilogue=epilogue)
     return [*inputs, Y]
 
 
 def reference(
-    x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, activation: str = "none"
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    activation: str = "none",
+    epilogue: str = NONE,
+    extras: Sequence[np.ndarray] = (),
 ) -> np.ndarray:
     y = x.astype(np.float64) @ w.T.astype(np.float64)
     if b is not None:
@@ -156,12 +183,14 @@ def reference(
         y = 1.0 / (1.0 + np.exp(-y))
     elif activation == "tanh":
         y = np.tanh(y)
-    return y.astype(np.float32)
+    return apply_numpy(epilogue, y, extras, channel_axis=1).astype(np.float32)
 
 
-def flops(batch: int, in_features: int, out_features: int) -> float:
-    """The product's multiply-adds; the epilogue's few operations per output are not counted."""
-    return 2.0 * batch * in_features * out_features
+def flops(batch: int, in_features: int, out_features: int, epilogue: str = NONE) -> float:
+    """The product's multiply-adds and one operation per output per epilogue step
+    (the bias and the activation are not counted)."""
+    steps = parse_epilogue(epilogue)
+    return 2.0 * batch * in_features * out_features + steps.flops(batch * out_features)
 
 
 def config_space(
@@ -171,16 +200,17 @@ def config_space(
     bias: bool = True,
     activation: str = "none",
     target: Target | None = None,
+    epilogue: str = NONE,
 ) -> ConfigSpace:
     """Matmul's register tile (on ``target``, the host CPU when None) and cache blocks,
     parallel, where the epilogue reads C, and whether the tile's vectors run along the
-    output features (W packed) or the batch."""
+    output features (W packed) or the batch. Epilogue steps take the knobs of a bias."""
     tgt = resolve(target)
     narrowest = tgt.vector_lanes
     sp = ConfigSpace()
     define_gemm_knobs(sp, batch, out_features, in_features, tgt, sizes=False)
     sp.define_knob("parallel", [True, False])
-    has_epilogue = bias or activation != "none"
+    has_epilogue = bias or activation != "none" or epilogue != NONE
     sp.define_knob("epilogue_at", ["panel", "block"] if has_epilogue else ["none"])
     sp.define_knob("vectors", ["features", "batch"], absent="features")
 
@@ -211,6 +241,7 @@ def default_config(
     activation: str = "none",
     vectors: str | None = None,
     target: Target | None = None,
+    epilogue: str = NONE,
 ) -> dict[str, Any]:
     """Vectors along the batch from 64 rows (a 6x16 tile, blocks of 48 features), else
     matmul's default tile with MC up to 144 rows (one row block for a batch of 128), panels.
@@ -227,7 +258,7 @@ def default_config(
     row block that holds the whole batch packs each weight once. ``vectors``
     ("features" or "batch") asks for one orientation whatever the batch.
     """
-    has_epilogue = bias or activation != "none"
+    has_epilogue = bias or activation != "none" or epilogue != NONE
     epilogue_at = "panel" if has_epilogue else "none"
     tgt = resolve(target)
     cfg = gemm_default(batch, out_features, in_features, tgt)
@@ -255,10 +286,13 @@ def schedule(
     out_features: int,
     bias: bool = True,
     activation: str = "none",
+    epilogue: str = NONE,
 ) -> tuple[Schedule, list[Tensor]]:
     """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
     along_batch = cfg.get("vectors", "features") == "batch"
-    inputs, C, Y = _stages(batch, in_features, out_features, bias, activation, along_batch)
+    inputs, C, Y = _stages(
+        batch, in_features, out_features, bias, activation, along_batch, epilogue
+    )
     s = te.create_schedule(Y)
     if along_batch:
         _batch_vectors(s, cfg, inputs[0], C, Y)
@@ -333,6 +367,9 @@ def _register() -> None:
     def arguments(a: Mapping[str, Any]) -> tuple[int, int, int, bool, str]:
         return a["batch"], a["in_features"], a["out_features"], a["bias"], a["activation"]
 
+    def epilogue(a: Mapping[str, Any]) -> str:
+        return str(a.get("epilogue", NONE))
+
     register_operator(
         Operator(
             name="dense",
@@ -344,12 +381,16 @@ def _register() -> None:
                 Param("out_features", int, doc="rows of W, columns of Y"),
                 Param("bias", bool, True, doc="add a bias of out_features"),
                 Param("activation", str, "none", ACTIVATIONS, doc="applied after the bias"),
+                Param("epilogue", str, NONE, doc=PARAM_DOC),
             ),
-            space=lambda a, target: config_space(*arguments(a), target),
-            schedule=lambda cfg, a, target: schedule(cfg, *arguments(a)),
-            default_config=lambda a, target: default_config(*arguments(a), target=target),
+            space=lambda a, target: config_space(*arguments(a), target, epilogue(a)),
+            schedule=lambda cfg, a, target: schedule(cfg, *arguments(a), epilogue(a)),
+            default_config=lambda a, target: default_config(
+                *arguments(a), target=target, epilogue=epilogue(a)
+            ),
             reference=_registry_reference,
-            flops=lambda a: flops(a["batch"], a["in_features"], a["out_features"]),
+            flops=lambda a: flops(a["batch"], a["in_features"], a["out_features"], epilogue(a)),
+            check=lambda a: check_epilogue(epilogue(a), "float32", "dense"),
         )
     )
 
@@ -358,8 +399,10 @@ def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     """``reference(*inputs, **parsed_args)`` as the registry calls it (the activation is an arg)."""
     if "activation" not in args:
         raise TypeError("the dense reference needs the operator's arguments as keywords")
-    x, w, *bias = arrays
-    return reference(x, w, bias[0] if bias else None, activation=args["activation"])
+    x, w, *rest = arrays
+    b = rest.pop(0) if args.get("bias", True) else None
+    epilogue = str(args.get("epilogue", NONE))
+    return reference(x, w, b, args["activation"], epilogue, rest)
 
 
 _register()

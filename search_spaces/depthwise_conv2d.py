@@ -16,6 +16,10 @@ LLVM's loop vectorizer, which handles rows of any width), or in a register tile
 is copied once (``pad_at=root``), per channel plane just before its use
 (``channel``), or inlined as a conditional load.
 
+``epilogue`` (``search_spaces._epilogue``) fuses elementwise steps after the
+sum, a channel being ``C``: the sum is then a stage computed tile by tile
+inside the output's loops (see :func:`depthwise_schedule`), with the same knobs.
+
 The parameters, the definition and the reference are conv2d's
 (``search_spaces.conv2d``); this module adds the NumPy peer, the knobs and
 the schedule.
@@ -38,7 +42,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
-from . import Operator, register_operator
+from . import Operator, Param, register_operator
+from ._epilogue import NONE, PARAM_DOC
 from ._gemm import accumulator_budget
 from ._target import resolve
 from .conv2d import (
@@ -121,25 +126,48 @@ def depthwise_default_config(p: Conv2d, target: Target | None = None) -> dict[st
 
 
 def depthwise_schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg``: (image, channel) fused and parallel, the tile inside."""
+    """The schedule for ``cfg``: (image, channel) fused and parallel, the tile inside.
+
+    With an epilogue the sum is a stage ``conv`` computed inside the output's
+    tile loop: each OHR x OWR tile is summed (in registers with ``registers``),
+    then the epilogue reads it back from L1, vectorized along the columns::
+
+        for plane in N * C:                   # parallel
+          for oho, owo:
+            for r, s:
+              for ohi, owi:                   # owi the SIMD axis
+                conv[ohi, owi] += Xp[...] * W[c, 0, r, s]
+            for ohi, owi:                     # owi the SIMD axis
+              Y[n, c, oh, ow] = epilogue(conv[ohi, owi])
+    """
     owr, ohr = int(cfg["owr"]), int(cfg["ohr"])
     t = stages(p)
     Y = t["Y"]
+    T = t["conv"]  # Y itself without an epilogue
     s = te.create_schedule(Y)
     n, k, oh, ow = s[Y].op.axis
-    _, r, sw = s[Y].op.reduce_axis  # the channel reduction has extent 1
     oho, ohi = s[Y].split(oh, factor=ohr)
     owo, owi = s[Y].split(ow, factor=owr)
-    s[Y].reorder(n, k, oho, owo, r, sw, ohi, owi)
+    if T is Y:
+        _, r, sw = s[Y].op.reduce_axis  # the channel reduction has extent 1
+        s[Y].reorder(n, k, oho, owo, r, sw, ohi, owi)
+    else:
+        s[Y].reorder(n, k, oho, owo, ohi, owi)
     plane = s[Y].fuse(n, k)
     if cfg["parallel"]:
         s[Y].parallel(plane)
     s[Y].vectorize(owi)
+    if T is not Y:
+        s[T].compute_at(s[Y], owo)
+        tn, tk, toh, tow = s[T].op.axis
+        _, r, sw = s[T].op.reduce_axis
+        s[T].reorder(tn, tk, r, sw, toh, tow)
+        s[T].vectorize(tow)
     if cfg["unroll_window"]:
-        s[Y].unroll(sw)
+        s[T].unroll(sw)
     if cfg["registers"]:
-        YL = s.cache_write(Y, "local")
-        s[YL].compute_at(s[Y], owo)
+        TL = s.cache_write(T, "local")
+        s[TL].compute_at(s[T], owo if T is Y else tk)
     if "Xp" in t:
         if cfg["pad_at"] == "inline":
             s[t["Xp"]].compute_inline()
@@ -147,7 +175,7 @@ def depthwise_schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, lis
             s[t["Xp"]].compute_at(s[Y], plane)
         elif cfg["parallel"]:
             s[t["Xp"]].parallel(s[t["Xp"]].op.axis[1])
-    return s, [t["X"], t["W"], Y]
+    return s, [t["X"], t["W"], *(t[f"E{i}"] for i in range(len(p.steps.extras))), Y]
 
 
 def _register() -> None:
@@ -155,7 +183,7 @@ def _register() -> None:
         Operator(
             name="depthwise_conv2d",
             doc="Y = conv2d(X, W, groups=C) with W: C x 1 x R x S, NCHW (memory-bound)",
-            params=(*IMAGE_PARAMS, *WINDOW_PARAMS),
+            params=(*IMAGE_PARAMS, *WINDOW_PARAMS, Param("epilogue", str, NONE, doc=PARAM_DOC)),
             space=lambda a, target: depthwise_config_space(Conv2d.from_args(a), target),
             schedule=lambda cfg, a, target: depthwise_schedule(cfg, Conv2d.from_args(a)),
             default_config=lambda a, target: depthwise_default_config(Conv2d.from_args(a), target),

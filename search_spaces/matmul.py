@@ -29,6 +29,12 @@ loads NR adjacent values of B per k (unpacked, it would gather them with a
 stride of K). ``trans_a`` reads A as ``[K, M]``: the tile's MR values of A for
 one k are then adjacent, and packing A makes its panels contiguous too.
 
+``epilogue`` (``search_spaces._epilogue``, float dtypes only) fuses
+elementwise steps after the product (a bias ``add@c``, a residual ``add@f``,
+an activation), a channel being a column of ``C``: the output is then a stage
+``Y`` that computes ``C`` one ``MC x NC`` block at a time while it is in
+cache (:func:`search_spaces._gemm.blocked_output`), with the same knobs.
+
 :func:`register_blocked` applies this nest to any stage that is a sum of
 products over one reduction axis, so ``batch_matmul`` (with a batch loop
 outside) and ``dense`` (computed inside its epilogue's loops) reuse it.
@@ -40,7 +46,7 @@ outside) and ``dense`` (computed inside its epilogue's loops) reuse it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,12 +57,15 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
+from ._epilogue import parse as parse_epilogue
 from ._gemm import (
     RESERVED_REGISTERS,
     GemmLoops,
     Packing,
     accumulator_budget,
     accumulator_lanes,
+    blocked_output,
     default_k_unroll,
     define_gemm_knobs,
     gemm_default,
@@ -64,6 +73,7 @@ from ._gemm import (
     mr_choices,
     nr_choices,
     operand_packing,
+    output_stage,
     pack_panels,
     register_blocked,
     tile_registers,
@@ -122,16 +132,26 @@ def define(
 
 
 def reference(
-    a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False
+    a: np.ndarray,
+    b: np.ndarray,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    epilogue: str = NONE,
+    extras: Sequence[np.ndarray] = (),
 ) -> np.ndarray:
+    """The product (float64 sums for an epilogue, applied to ``extras`` in float64 too)."""
     acc = np.int32 if a.dtype == np.int8 else a.dtype
     a = a.T if trans_a else a
     b = b.T if trans_b else b
-    return a.astype(acc) @ b.astype(acc)
+    if epilogue == NONE:
+        return a.astype(acc) @ b.astype(acc)
+    y = a.astype(np.float64) @ b.astype(np.float64)
+    return apply_numpy(epilogue, y, extras, channel_axis=1).astype(acc)
 
 
-def flops(M: int, N: int, K: int) -> float:
-    return 2.0 * M * N * K
+def flops(M: int, N: int, K: int, epilogue: str = NONE) -> float:
+    """Multiply-adds, and one operation per output per epilogue step."""
+    return 2.0 * M * N * K + parse_epilogue(epilogue).flops(M * N)
 
 
 # -- the matmul operator -----------------------------------------------------------------------
@@ -209,10 +229,19 @@ def schedule(
     dtype: str = "float32",
     trans_a: bool = False,
     trans_b: bool = False,
+    epilogue: str = NONE,
 ) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
+    """The schedule for ``cfg`` (validate configs from outside against config_space first).
+
+    With an epilogue the output is a stage ``Y`` after the product ``C``, the
+    nest computing ``C`` one ``MC x NC`` block at a time inside ``Y``'s block
+    loops (see :func:`search_spaces._gemm.blocked_output`); the knobs are the same.
+    """
     A, B, C = define(M, N, K, dtype, trans_a, trans_b)
-    s = te.create_schedule(C)
+    steps = parse_epilogue(epilogue)
+    extras, Y = output_stage(C, steps) if steps else ([], C)
+    s = te.create_schedule(Y)
+    outer, nc = blocked_output(s, Y, C, cfg) if steps else ([], None)
     pack_a = operand_packing(A, trans_a, "A") if cfg["pack_a"] else None
     once = cfg.get("pack_a_at", "block") == "once"
     loops = register_blocked(
@@ -221,12 +250,16 @@ def schedule(
         cfg,
         pack_a=None if once else pack_a,
         pack_b=operand_packing(B, trans_b, "B") if cfg["pack_b"] else None,
+        nc=nc,
     )
     if once and pack_a is not None:
         pack_panels(s, pack_a, C, int(cfg["mr"]), parallel=cfg["parallel"])
     if cfg["parallel"]:
-        s[C].parallel(loops.jo)
-    return s, [A, B, C]
+        if outer:
+            s[Y].parallel(outer[-1])
+        else:
+            s[C].parallel(loops.jo)
+    return s, [A, B, *extras, Y]
 
 
 def _register() -> None:
@@ -244,28 +277,40 @@ def _register() -> None:
                 Param("dtype", str, "float32", ("float32", "float64", "int8")),
                 Param("trans_a", bool, False, doc="A is given as K x M (C = A.T @ B)"),
                 Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),
+                Param("epilogue", str, NONE, doc=PARAM_DOC + " (float dtypes only)"),
             ),
             space=lambda a, target: config_space(
                 a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target
             ),
             schedule=lambda cfg, a, target: schedule(
-                cfg, a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"]
+                cfg, a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], _epi(a)
             ),
             default_config=lambda a, target: default_config(
                 a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target
             ),
             reference=_registry_reference,
-            flops=lambda a: flops(a["M"], a["N"], a["K"]),
+            flops=lambda a: flops(a["M"], a["N"], a["K"], _epi(a)),
+            check=lambda a: check_epilogue(_epi(a), a["dtype"], "matmul"),
         )
     )
 
 
 def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     """``reference(*inputs, **parsed_args)`` as the registry calls it (the flags are args)."""
-    a, b = arrays
+    a, b, *extras = arrays
     return reference(
-        a, b, trans_a=bool(args.get("trans_a", False)), trans_b=bool(args.get("trans_b", False))
+        a,
+        b,
+        trans_a=bool(args.get("trans_a", False)),
+        trans_b=bool(args.get("trans_b", False)),
+        epilogue=_epi(args),
+        extras=extras,
     )
+
+
+def _epi(args: Mapping[str, Any]) -> str:
+    """The epilogue argument (absent where the caller passes the arguments of an old log)."""
+    return str(args.get("epilogue", NONE))
 
 
 _register()

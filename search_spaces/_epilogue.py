@@ -1,0 +1,374 @@
+"""The epilogue DSL: elementwise steps fused after a template's product (conv2d, dense, matmul ...).
+
+A model compiler fuses an ONNX Conv or MatMul with the elementwise operators
+after it (a bias, a residual add, an activation, a per-channel scale) into one
+tuned kernel. The template's ``epilogue`` argument names those operators as a
+text of ``;``-separated steps, applied in order to the template's output value
+``v`` (after the template's own bias and activation)::
+
+    relu sigmoid tanh exp log sqrt abs neg erf gelu gelu_tanh hardswish   unary
+    clip:<lo>:<hi>  leaky:<alpha>  hardsigmoid:<alpha>:<beta>             parametrised
+    addc:<x> mulc:<x> rsubc:<x> divc:<x> rdivc:<x> powc:<x> maxc:<x> minc:<x>
+    <op>@<b>  op in add sub rsub mul div rdiv max min pow, b in c f s     an extra input
+
+``rsub`` is ``x - v`` and ``rdiv`` ``x / v``. An extra input is a placeholder
+appended after the template's own inputs, in order of appearance: ``@c`` has
+one value per output channel (shape ``(channels,)``), ``@f`` the output's own
+shape (in the template's layout, a residual), ``@s`` shape ``(1,)``. Numbers
+are written as Python's ``repr(float(x))`` ("0.5", "6.0", "-inf"), so that one
+epilogue has one text, hence one workload key. ``"none"`` is no step.
+
+The text is parsed, never executed: every step is looked up in the tables
+below, and a text that is not one of them is an OperatorError naming the step.
+
+>>> epi = parse("mul@c;add@c;clip:0.0:6.0")
+>>> [s.text for s in epi.steps], epi.text
+(['mul@c', 'add@c', 'clip:0.0:6.0'], 'mul@c;add@c;clip:0.0:6.0')
+>>> scale, shift = epi.placeholders(channels=64, shape=(1, 64, 56, 56))
+>>> # inside te.compute: epi.apply(conv[n, k, h, w], k, (n, k, h, w), [scale, shift])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuner import te
+from tuner.te import Tensor
+
+__all__ = [
+    "BROADCASTS",
+    "CONSTANT_OPS",
+    "EXTRA_OPS",
+    "NONE",
+    "PARAMETRISED",
+    "PARAM_DOC",
+    "UNARY",
+    "Epilogue",
+    "Step",
+    "apply_numpy",
+    "check_epilogue",
+    "parse",
+]
+
+#: The text of no epilogue (the templates' default).
+NONE = "none"
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_GELU_TANH = math.sqrt(2.0 / math.pi)
+
+Fn = Callable[..., Any]  # on te expressions and NumPy arrays alike, or one of each
+
+
+def _np_erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return np.asarray(erf(x))
+
+
+@dataclass(frozen=True)
+class _Unary:
+    te_fn: Fn
+    np_fn: Fn
+    uses: int = 1  # how often the step reads v (the expression tree repeats v that often)
+
+
+def _gelu(v: Any, erf: Fn) -> Any:
+    return 0.5 * v * (1.0 + erf(v * _SQRT_HALF))
+
+
+def _gelu_tanh(v: Any, tanh: Fn) -> Any:
+    return 0.5 * v * (1.0 + tanh(v * (_GELU_TANH + (_GELU_TANH * 0.044715) * (v * v))))
+
+
+def _hardsigmoid(v: Any, alpha: float, beta: float, maximum: Fn, minimum: Fn) -> Any:
+    """ONNX's HardSigmoid: ``max(0, min(1, alpha * v + beta))``."""
+    return maximum(minimum(v * alpha + beta, 1.0), 0.0)
+
+
+def _clip(v: Any, lo: float, hi: float, maximum: Fn, minimum: Fn) -> Any:
+    """``min(max(v, lo), hi)``; an infinite bound is left out (``np.clip`` when lo > hi)."""
+    if lo != -math.inf:
+        v = maximum(v, lo)
+    if hi != math.inf:
+        v = minimum(v, hi)
+    return v
+
+
+UNARY: dict[str, _Unary] = {
+    "relu": _Unary(lambda v: te.maximum(v, 0.0), lambda v: np.maximum(v, 0.0)),
+    "sigmoid": _Unary(te.sigmoid, lambda v: 1.0 / (1.0 + np.exp(-v))),
+    "tanh": _Unary(te.tanh, np.tanh),
+    "exp": _Unary(te.exp, np.exp),
+    "log": _Unary(te.log, np.log),
+    "sqrt": _Unary(te.sqrt, np.sqrt),
+    "abs": _Unary(te.abs, np.abs),
+    "neg": _Unary(lambda v: -v, np.negative),
+    "erf": _Unary(te.erf, _np_erf),
+    "gelu": _Unary(lambda v: _gelu(v, te.erf), lambda v: _gelu(v, _np_erf), uses=2),
+    "gelu_tanh": _Unary(lambda v: _gelu_tanh(v, te.tanh), lambda v: _gelu_tanh(v, np.tanh), 4),
+    "hardswish": _Unary(
+        lambda v: v * _hardsigmoid(v, 1.0 / 6.0, 0.5, te.maximum, te.minimum),
+        lambda v: v * _hardsigmoid(v, 1.0 / 6.0, 0.5, np.maximum, np.minimum),
+        uses=2,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _Parametrised:
+    params: tuple[str, ...]  # the names of its numbers, for messages
+    te_fn: Fn  # (v, *numbers)
+    np_fn: Fn
+    uses: int = 1
+
+
+PARAMETRISED: dict[str, _Parametrised] = {
+    "clip": _Parametrised(
+        ("lo", "hi"),
+        lambda v, lo, hi: _clip(v, lo, hi, te.maximum, te.minimum),
+        lambda v, lo, hi: _clip(v, lo, hi, np.maximum, np.minimum),
+    ),
+    # ONNX's LeakyRelu without a branch: max(v, 0) + alpha * min(v, 0).
+    "leaky": _Parametrised(
+        ("alpha",),
+        lambda v, a: te.maximum(v, 0.0) + a * te.minimum(v, 0.0),
+        lambda v, a: np.maximum(v, 0.0) + a * np.minimum(v, 0.0),
+        uses=2,
+    ),
+    "hardsigmoid": _Parametrised(
+        ("alpha", "beta"),
+        lambda v, a, b: _hardsigmoid(v, a, b, te.maximum, te.minimum),
+        lambda v, a, b: _hardsigmoid(v, a, b, np.maximum, np.minimum),
+    ),
+}
+
+#: ``op(v, x)`` for both te and NumPy: the steps with one more operand (a constant or an input).
+_BINARY: dict[str, tuple[Fn, Fn]] = {
+    "add": (lambda v, x: v + x, lambda v, x: v + x),
+    "sub": (lambda v, x: v - x, lambda v, x: v - x),
+    "rsub": (lambda v, x: x - v, lambda v, x: x - v),
+    "mul": (lambda v, x: v * x, lambda v, x: v * x),
+    "div": (lambda v, x: v / x, lambda v, x: v / x),
+    "rdiv": (lambda v, x: x / v, lambda v, x: x / v),
+    "max": (te.maximum, np.maximum),
+    "min": (te.minimum, np.minimum),
+    "pow": (te.pow, np.power),
+}
+#: Steps with a constant: ``addc:<x>`` ... (no ``subc``: that is ``addc`` of ``-x``).
+CONSTANT_OPS = ("add", "mul", "rsub", "div", "rdiv", "pow", "max", "min")
+#: Steps with an extra input: ``<op>@<b>``.
+EXTRA_OPS = ("add", "sub", "rsub", "mul", "div", "rdiv", "max", "min", "pow")
+#: Broadcasts of an extra input: one per output channel, the full output, one value.
+BROADCASTS = ("c", "f", "s")
+
+#: The most copies of the template's value ``v`` the expression may hold (no CSE in te).
+_MAX_USES = 64
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: ``kind`` is "unary", "param", "const" or "extra"."""
+
+    kind: str
+    op: str
+    numbers: tuple[float, ...] = ()
+    broadcast: str = ""  # c, f or s for an extra input
+
+    @property
+    def text(self) -> str:
+        if self.kind == "extra":
+            return f"{self.op}@{self.broadcast}"
+        if self.kind == "const":
+            return f"{self.op}c:{self.numbers[0]!r}"
+        return ":".join([self.op, *(repr(x) for x in self.numbers)])
+
+    @property
+    def uses(self) -> int:
+        if self.kind == "unary":
+            return UNARY[self.op].uses
+        return PARAMETRISED[self.op].uses if self.kind == "param" else 1
+
+
+def _error(text: str, step: str, why: str) -> Exception:
+    from . import OperatorError
+
+    return OperatorError(f"epilogue {text!r}: step {step!r} {why}")
+
+
+def _number(text: str, step: str, word: str) -> float:
+    """A number as ``repr(float(x))`` writes it, so that each epilogue has one text."""
+    try:
+        x = float(word)
+    except ValueError:
+        raise _error(text, step, f"has {word!r} where a number belongs") from None
+    if math.isnan(x):
+        raise _error(text, step, "has a NaN, which no step takes")
+    if repr(x) != word:
+        raise _error(text, step, f"writes {word!r}; write numbers as Python's repr: {x!r}")
+    return x
+
+
+def _step(text: str, word: str) -> Step:
+    if word in UNARY:
+        return Step("unary", word)
+    if "@" in word:
+        op, _, b = word.partition("@")
+        if op not in EXTRA_OPS:
+            raise _error(text, word, f"has no input op {op!r}; one of {', '.join(EXTRA_OPS)}")
+        if b not in BROADCASTS:
+            raise _error(text, word, f"broadcasts {b!r}; one of c (channel), f (full), s (scalar)")
+        return Step("extra", op, broadcast=b)
+    name, *args = word.split(":")
+    if name in PARAMETRISED:
+        want = PARAMETRISED[name].params
+        if len(args) != len(want):
+            raise _error(text, word, f"needs {len(want)} numbers ({':'.join(want)})")
+        return Step("param", name, tuple(_number(text, word, a) for a in args))
+    if name.endswith("c") and name[:-1] in CONSTANT_OPS:
+        if len(args) != 1:
+            raise _error(text, word, "needs one number (as in addc:1.0)")
+        return Step("const", name[:-1], (_number(text, word, args[0]),))
+    known = [*UNARY, *PARAMETRISED, *(f"{op}c" for op in CONSTANT_OPS), "<op>@<c|f|s>"]
+    raise _error(text, word, f"is not a step; steps are {' '.join(known)}")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Parsed steps; builds the te expression and its NumPy twin, and the extra placeholders."""
+
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The canonical text (what ``parse`` reads back to these steps)."""
+        return ";".join(s.text for s in self.steps) if self.steps else NONE
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    @property
+    def extras(self) -> tuple[Step, ...]:
+        """The steps that read an extra input, in the order of the inputs."""
+        return tuple(s for s in self.steps if s.kind == "extra")
+
+    def extra_shapes(self, channels: int, shape: Sequence[int]) -> list[tuple[int, ...]]:
+        """The shape of each extra input: ``(channels,)``, the output's ``shape``, or ``(1,)``."""
+        by = {"c": (channels,), "f": tuple(shape), "s": (1,)}
+        return [by[s.broadcast] for s in self.extras]
+
+    def placeholders(
+        self, channels: int, shape: Sequence[int], dtype: str = "float32"
+    ) -> list[Tensor]:
+        """The extra inputs as placeholders ``E0``, ``E1`` ... (the template appends them)."""
+        return [
+            te.placeholder(sh, dtype, name=f"E{i}")
+            for i, sh in enumerate(self.extra_shapes(channels, shape))
+        ]
+
+    def apply(
+        self,
+        v: te.Expr,
+        channel_index: te.Expr,
+        out_index: Sequence[te.Expr],
+        extras: Sequence[Tensor],
+    ) -> te.Expr:
+        """The steps on ``v``, the output element ``out_index`` of output channel ``channel_index``.
+
+        ``extras`` are the placeholders of :meth:`placeholders` (or tensors of their shapes).
+        """
+        inputs = iter(extras)
+        for s in self.steps:
+            if s.kind == "extra":
+                t = next(inputs)
+                reads: dict[str, tuple[te.Expr | int, ...]] = {
+                    "c": (channel_index,),
+                    "f": tuple(out_index),
+                    "s": (0,),
+                }
+                v = _BINARY[s.op][0](v, t[reads[s.broadcast]])
+            else:
+                v = _te_step(s, v)
+        return v
+
+    def apply_numpy(
+        self, y: np.ndarray, extras: Sequence[np.ndarray], channel_axis: int
+    ) -> np.ndarray:
+        """The NumPy twin of :meth:`apply` on the whole output ``y`` (in y's dtype)."""
+        inputs, dtype = iter(extras), y.dtype
+        for s in self.steps:
+            if s.kind == "extra":
+                x = np.asarray(next(inputs), dtype=dtype)
+                if s.broadcast == "c":
+                    shape = [1] * y.ndim
+                    shape[channel_axis] = -1
+                    x = x.reshape(shape)
+                y = _BINARY[s.op][1](y, x)
+            elif s.kind == "unary":
+                y = UNARY[s.op].np_fn(y)
+            elif s.kind == "param":
+                y = PARAMETRISED[s.op].np_fn(y, *s.numbers)
+            else:
+                y = _BINARY[s.op][1](y, dtype.type(s.numbers[0]))
+            y = np.asarray(y, dtype=dtype)
+        return y
+
+    def flops(self, elements: int) -> float:
+        """One operation per element per step (an approximation: gelu takes several)."""
+        return float(len(self.steps) * elements)
+
+
+def _te_step(s: Step, v: te.Expr) -> te.Expr:
+    if s.kind == "unary":
+        return UNARY[s.op].te_fn(v)  # type: ignore[no-any-return]
+    if s.kind == "param":
+        return PARAMETRISED[s.op].te_fn(v, *s.numbers)  # type: ignore[no-any-return]
+    return _BINARY[s.op][0](v, s.numbers[0])  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=256)
+def parse(text: str) -> Epilogue:
+    """Read an epilogue text (``"none"`` is no step); a bad one is an OperatorError of one line."""
+    if text == NONE:
+        return Epilogue()
+    if not text:
+        raise _error(text, "", f"is empty; no epilogue is {NONE!r}")
+    steps = tuple(_step(text, word) for word in text.split(";"))
+    uses = math.prod(s.uses for s in steps)
+    if uses > _MAX_USES:
+        raise _error(
+            text, steps[-1].text, f"repeats the template's value {uses} times (at most {_MAX_USES})"
+        )
+    return Epilogue(steps)
+
+
+def check_epilogue(text: str, dtype: str, op: str) -> None:
+    """Raise OperatorError for a bad ``text``, or for an epilogue on a non-float output
+    (matmul's int8 accumulates in int32): what the templates' ``check`` calls."""
+    from . import OperatorError
+
+    if parse(text) and dtype not in ("float32", "float64"):
+        raise OperatorError(f"{op} takes an epilogue only for float dtypes, not {dtype}")
+
+
+def apply_numpy(
+    text: str, y: np.ndarray, extras: Sequence[np.ndarray], channel_axis: int
+) -> np.ndarray:
+    """The epilogue ``text`` on the output ``y`` by NumPy: the operators' references use it.
+
+    >>> apply_numpy("add@c;relu", np.zeros((2, 3)), [np.array([1.0, -1.0, 2.0])], 1)[0]
+    array([1., 0., 2.])
+    """
+    return parse(text).apply_numpy(y, extras, channel_axis)
+
+
+#: The template parameter's documentation (each template adds ``Param("epilogue", ...)``).
+PARAM_DOC = (
+    "elementwise steps after the output, ';'-separated (relu, add@c, clip:0.0:6.0 ...;"
+    " see search_spaces._epilogue); extra inputs follow the template's own"
+)
