@@ -12,7 +12,7 @@ task scheduler interleaves many.
 
 >>> task = Task.make("matmul", {"M": 512, "N": 512, "K": 512}, Target.from_name("cpu"))
 >>> task.key
-'matmul(K=512,M=512,N=512,dtype=float32,trans_a=false,trans_b=false)@cpu/threads=2'
+'matmul(K=512,M=512,N=512,dtype=float32,epilogue=none,trans_a=false,trans_b=false)@cpu/threads=2'
 >>> with Measurer(MeasureOptions(), threads=2) as m, LogWriter("tune.jsonl") as log:
 ...     tt = TaskTuner(task, m, log)
 ...     tt.step(8)
