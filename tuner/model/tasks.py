@@ -91,7 +91,7 @@ def extract(
 
 def _group_kernels(b: _Builder, node: Node) -> None:
     group: Graph = node.attrs["group"]
-    values = {**b.values, **group.values}
+    values = {**group.values, **b.values}  # the model's own: group inputs carry no data
     first, chain = group.nodes[0], list(group.nodes[1:])
     matcher = _TEMPLATES.get(first.op)
     made = matcher(b, first, values) if matcher is not None and _is_chain(group) else None
