@@ -26,6 +26,7 @@ import numpy as np
 from records import Match, Record, best_match, load
 
 from .codegen import Kernel, build
+from .codegen.index import indexed
 from .lower.lower import lower
 from .schedule import Schedule, ScheduleError
 from .space import ConfigError
@@ -155,9 +156,19 @@ def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
             )
         config = task.space.validate(task.default_config()).to_json()
         sched, tensors = task.schedule(config)
-        return OpKernel(task.workload, build(sched, tensors, target=tgt), config, None)
+        return OpKernel(task.workload, _build(task, sched, tensors), config, None)
     sched, tensors, config, replayed = built
-    return OpKernel(task.workload, build(sched, tensors, target=tgt), config, record, replayed)
+    return OpKernel(task.workload, _build(task, sched, tensors), config, record, replayed)
+
+
+def _build(task: Task, sched: Schedule, tensors: list[Tensor]) -> Kernel:
+    """The schedule's kernel, from the kernel index when this very schedule was built before.
+
+    The schedule's identity is its task and its trace (the steps it is made
+    of), so a config and a replayed trace that make the same schedule share it.
+    """
+    identity = f"{task.key}\n{sched.dumps()}"
+    return indexed(identity, lambda: build(sched, tensors, target=task.target), task.target)
 
 
 def _from_record(

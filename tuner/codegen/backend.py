@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -96,6 +96,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, func: LoweredFunc, target: Target, options: BuildOptions) -> Kernel:
         """A callable kernel for ``func`` (cached on disk where the backend can)."""
+
+    def describe(self, kernel: Kernel) -> dict[str, Any] | None:
+        """What ``restore`` needs to give ``kernel`` back in another process (None: nothing)."""
+        return None
+
+    def restore(self, entry: Mapping[str, Any], target: Target) -> Kernel | None:
+        """The kernel ``describe`` wrote ``entry`` for, if its compiled code is still cached."""
+        return None
 
 
 _REGISTRY: dict[str, type[Backend]] = {}

@@ -16,12 +16,13 @@ import linecache
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ...lower.ir import Alloc, Store
+from ...kinds import Scope
+from ...lower.ir import Alloc, Buffer, Seq, Store
 from ...lower.lower import LoweredFunc
 from ...lower.visitor import walk_stmts
 from ...target import Target
@@ -44,15 +45,25 @@ _LOCK = threading.Lock()
 class CpuKernel(Kernel):
     """A Numba kernel: call it with NumPy arrays in argument order; it writes the outputs."""
 
-    def __init__(self, func: LoweredFunc, source: str, module: ModuleType, target: Target):
+    def __init__(
+        self,
+        func: LoweredFunc,
+        source: str,
+        module: ModuleType,
+        target: Target,
+        written: list[int] | None = None,
+    ):
         self.lowered = func
         self.source = source
         self.target = target
+        self.module_name = module.__name__
         self._fn = getattr(module, func.name)
         self._threads = int(target.get("threads", 0))
-        stored = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
+        if written is None:
+            stored = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
+            written = [k for k, b in enumerate(func.args) if b.name in stored]
         #: Positions of the arguments the kernel writes (compiled as not overlapping any other).
-        self._written = [k for k, b in enumerate(func.args) if b.name in stored]
+        self._written = written
         stats = [d.stats for d in _dispatchers(module)]
         self.from_cache = bool(stats) and all(
             sum(s.cache_hits.values()) and not sum(s.cache_misses.values()) for s in stats
@@ -196,3 +207,36 @@ class NumbaCpuBackend(Backend):
             tmp.write_text(source)
             os.replace(tmp, path)
         return CpuKernel(func, source, _import(path, name, source, vec), target)
+
+    def describe(self, kernel: Kernel) -> dict[str, Any] | None:
+        assert isinstance(kernel, CpuKernel)
+        func = kernel.lowered
+        return {
+            "module": kernel.module_name,
+            "func": func.name,
+            "args": [[b.name, list(b.shape), b.dtype, str(b.scope)] for b in func.args],
+            "written": kernel._written,
+        }
+
+    def restore(self, entry: Mapping[str, Any], target: Target) -> Kernel | None:
+        """The kernel of ``entry`` from its module file, without lowering again.
+
+        The restored kernel carries its arguments and source, not its loop nest
+        (its ``lowered.body`` is empty): what a caller of a built kernel uses.
+        """
+        name, func_name = str(entry["module"]), str(entry["func"])
+        if not (name.startswith("k_") and name[2:].isalnum() and func_name.isidentifier()):
+            return None
+        path = cache_dir() / f"{name}.py"
+        if name not in sys.modules and not path.exists():
+            return None
+        source = path.read_text() if path.exists() else ""
+        vec = "slp" if "# vectorizer=slp " in source else "loop"  # as the header says
+        module = sys.modules.get(name) or _import(path, name, source, vec)
+        args = tuple(
+            Buffer(str(n), tuple(int(d) for d in shape), str(dtype), Scope(scope), is_arg=True)
+            for n, shape, dtype, scope in entry["args"]
+        )
+        func = LoweredFunc(func_name, args, Seq(()))
+        written = [int(k) for k in entry["written"]]
+        return CpuKernel(func, source, module, target, written)
