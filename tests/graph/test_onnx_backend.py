@@ -295,9 +295,9 @@ else:
 for pattern, _why in EXCLUDE:
     backend_test.exclude(pattern)
 # Kept as plain functions: a TestCase class at module level would be collected whole.
-_RUN = {
-    n: getattr(backend_test.test_cases["OnnxBackendNodeModelTest"], f"{n}_cpu") for n in SELECTED
-}
+_CASES = backend_test.test_cases["OnnxBackendNodeModelTest"]  # a property: computed once here
+_RUN = {n: getattr(_CASES, f"{n}_cpu") for n in SELECTED}
+del _CASES
 
 
 def test_the_selection_is_not_empty() -> None:
