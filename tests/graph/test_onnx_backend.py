@@ -141,22 +141,68 @@ FAST: frozenset[str] = frozenset(
 
 
 class TunerRep(BackendRep):
-    """A compiled module behind the backend interface: positional inputs in graph order."""
+    """A model behind the backend interface: positional inputs in graph order.
 
-    def __init__(self, module: Any, input_names: Sequence[str]):
-        self.module = module
+    ONNX's node tests feed operator parameters (Reshape's shape, Slice's
+    starts, Reduce*'s axes, Pad's pads, Range's bounds) as runtime inputs;
+    this compiler, like TVM, takes them only as compile-time constants. The
+    rep therefore compiles at the first ``run``, with every input that feeds
+    such a parameter bound to its value as an initializer (TVM's frontend
+    tests "freeze params" the same way); the rest stay runtime inputs.
+    """
+
+    def __init__(self, model: onnx.ModelProto, input_names: Sequence[str]):
+        self.model = model
         self.input_names = list(input_names)
+        self.params = _parameter_inputs(model)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         if isinstance(inputs, dict):
             feeds = {n: np.asarray(a) for n, a in inputs.items()}
         else:
             feeds = {n: np.asarray(a) for n, a in zip(self.input_names, inputs, strict=True)}
-        return tuple(self.module.run(feeds))
+        frozen = {n: feeds.pop(n) for n in list(feeds) if n in self.params}
+        module = compile_model(_freeze(self.model, frozen))
+        return tuple(module.run(feeds))
+
+
+def _parameter_inputs(model: onnx.ModelProto) -> set[str]:
+    """Graph inputs read where an operator needs a compile-time constant."""
+    from tuner.graph.ops import OpKind, opdef
+
+    graph_inputs = {i.name for i in model.graph.input}
+    params: set[str] = set()
+    for node in model.graph.node:
+        try:
+            d = opdef(node.op_type)
+        except ValueError:
+            continue
+        positions = range(len(node.input)) if d.kind is OpKind.SHAPE else d.const_inputs
+        params.update(
+            node.input[k]
+            for k in positions
+            if k < len(node.input) and node.input[k] in graph_inputs
+        )
+    return params
+
+
+def _freeze(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    if not values:
+        return model
+    frozen = onnx.ModelProto()
+    frozen.CopyFrom(model)
+    kept = [i for i in frozen.graph.input if i.name not in values]
+    del frozen.graph.input[:]
+    frozen.graph.input.extend(kept)
+    frozen.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in values.items()
+    )
+    return frozen
 
 
 class TunerBackend(Backend):
-    """``onnx.backend`` adapter: ``prepare`` is ``tuner.compile_model`` (default schedules, CPU)."""
+    """``onnx.backend`` adapter: ``prepare`` checks the model; the rep compiles it with
+    ``tuner.compile_model`` (default schedules, CPU) at its first run."""
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> TunerRep:
@@ -167,7 +213,7 @@ class TunerBackend(Backend):
         model = stamped
         inits = {t.name for t in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
-        return TunerRep(compile_model(model), names)
+        return TunerRep(model, names)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

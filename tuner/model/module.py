@@ -126,7 +126,9 @@ class Module:
                 want = "x".join(str(d) for d in value.shape)
                 got = "x".join(str(d) for d in arr.shape) or "a scalar"
                 raise ModelInputError(f"input {name!r} must have shape {want}, got {got}")
-            arrays.append(np.ascontiguousarray(arr))
+            arr = np.asarray(arr, order="C")  # (ascontiguousarray would make a scalar 1-d)
+            # Kernels take writable arrays (Numba types read-only ones apart): copy a frozen input.
+            arrays.append(arr if arr.flags.writeable else arr.copy())
         return arrays
 
     def _plan_for(self, arrays: list[np.ndarray]) -> _Plan:
@@ -242,8 +244,8 @@ class _Plan:
         ]
         for name, v in self.values.items():
             if v.data is not None:
-                data = consts.get(name, v.data)
-                slot(name, np.ascontiguousarray(data).reshape(-1))
+                data = np.array(consts.get(name, v.data), order="C")  # an owned, writable copy
+                slot(name, data.reshape(-1))
         self._steps: list[tuple[Any, tuple[_Slot, ...]]] = []
         for spec, kernel in zip(self.specs, self.kernels, strict=True):
             args = (*spec.inputs, spec.output)

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from search_spaces import OperatorError
+
 from ..graph.ir import FUSED, Graph, Node, Value
 from ..target import Target
 from ..task import Task
@@ -118,13 +120,20 @@ def _group_kernels(b: _Builder, node: Node) -> None:
     final = group.outputs[0]
     out = _intermediate(b, covered[-1].outputs[0], values) if rest else final
     for name in (*inputs, *extras):  # constants the fusion copied into the group
+        if name in b.values or name in b.new_values:
+            continue
         v = values[name]
-        if name not in b.values and name not in b.new_values and v.data is not None:
+        if v.data is not None:
             b.new_values[name] = v
             b.consts[name] = v.data
+    try:
+        task = Task.make(made.op, args, b.target)
+    except OperatorError:  # arguments the template does not take (a pool's wide padding)
+        _generic(b, group, list(group.nodes))
+        return
     b.specs.append(
         KernelSpec(
-            Task.make(made.op, args, b.target),
+            task,
             (*inputs, *extras),
             out,
             "+".join(n.op for n in covered),
