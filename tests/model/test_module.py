@@ -145,3 +145,28 @@ def test_a_tuned_task_takes_its_record_and_the_rest_are_counted(rng, tmp_path):
     np.testing.assert_allclose(
         mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5
     )
+
+
+def test_a_second_compile_of_a_file_reads_the_lowered_cache(rng, tmp_path, monkeypatch):
+    import onnx
+
+    import tuner.graph.onnx_import as importer
+    from tuner.codegen import cache_dir
+
+    path = tmp_path / "block.onnx"
+    onnx.save(residual_block(rng), str(path))
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    first = tuner.compile_model(path).run({"x": x})[0]
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("imported again")
+
+    monkeypatch.setattr(importer, "from_onnx", no_import)
+    np.testing.assert_array_equal(tuner.compile_model(path).run({"x": x})[0], first)
+    # Other arguments are other entries; a damaged entry is compiled again.
+    with pytest.raises(AssertionError, match="imported again"):
+        tuner.compile_model(path, fuse=False)
+    monkeypatch.undo()
+    for meta in (cache_dir() / "models").glob("*/meta.json"):
+        meta.write_text("{damaged")
+    np.testing.assert_array_equal(tuner.compile_model(path).run({"x": x})[0], first)

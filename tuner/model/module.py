@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from ..compile import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
-from ..graph.ir import FUSED, Graph, GraphError, Value
-from ..graph.ops import OpKind, opdef
+from ..graph.ir import GraphError, Value
 from ..target import Target
-from .plan import assign_offsets, lifetimes
-from .tasks import KernelSpec, extract
+from .lowered import Lowered, cache_key, external_files
+from .plan import Interval, assign_offsets, lifetimes
+from .tasks import KernelSpec
 
 __all__ = ["ModelInputError", "Module", "compile_model"]
 
@@ -54,12 +54,23 @@ def compile_model(
     kernels use. ``shapes`` gives symbolic input dimensions their values.
     ``fuse=False`` builds one kernel per operator (the unfused baseline).
     """
-    from ..graph.onnx_import import from_onnx
-
     tgt = Target.from_name(target) if isinstance(target, str) else target
     records = BestRecords(log) if log is not None else None  # type: ignore[arg-type]
+    key = cache_key(model, shapes, tgt, fuse)
+    lowered = Lowered.load(key, model, tgt) if key is not None else None
+    if lowered is not None:  # compiled before: no import, no passes
+        return Module(
+            model, lowered.values, lowered.inputs, lowered.outputs, tgt, records, fuse, lowered
+        )
+    from ..graph.onnx_import import from_onnx  # onnx itself takes a second to import
+
     graph = from_onnx(model, shapes)
-    return Module(model, graph, tgt, records, fuse)
+    static = all(graph.values[i].static for i in graph.inputs)
+    first = Lowered.from_graph(graph, tgt, fuse) if static else None
+    mod = Module(model, graph.values, graph.inputs, graph.outputs, tgt, records, fuse, first)
+    if key is not None and first is not None:
+        first.save(key, external_files(model))
+    return mod
 
 
 @dataclass(frozen=True)
@@ -80,19 +91,23 @@ class Module:
     def __init__(
         self,
         source: Any,
-        graph: Graph,
+        values: Mapping[str, Value],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
         target: Target,
         records: BestRecords | None,
         fuse: bool = True,
+        lowered: Lowered | None = None,
     ):
         self.target, self.records, self.fuse = target, records, fuse
-        self._source, self._graph = source, graph
+        self._source = source
+        self._types = {name: values[name] for name in inputs}
         self._plans: dict[tuple[tuple[int, ...], ...], _Plan] = {}
         self._lock = threading.Lock()
-        self.input_names = list(graph.inputs)
-        self.output_names = list(graph.outputs)
-        if all(graph.values[i].static for i in graph.inputs):
-            plan = _Plan(graph, target, records, fuse)
+        self.input_names = list(inputs)
+        self.output_names = list(outputs)
+        if lowered is not None:
+            plan = _Plan(lowered, target, records)
             self._plans[plan.signature] = plan
 
     # -- running ---------------------------------------------------------------------
@@ -116,7 +131,7 @@ class Module:
         for name in self.input_names:
             if name not in feeds:
                 raise ModelInputError(f"input {name!r} is missing")
-            value = self._graph.values[name]
+            value = self._types[name]
             arr = np.asarray(feeds[name])
             if arr.dtype.name != value.dtype:
                 raise ModelInputError(f"input {name!r} must be {value.dtype}, got {arr.dtype.name}")
@@ -138,8 +153,8 @@ class Module:
             from ..graph.onnx_import import from_onnx
 
             shapes = dict(zip(self.input_names, sig, strict=True))
-            graph = from_onnx(self._source, shapes)
-            plan = _Plan(graph, self.target, self.records, self.fuse)
+            lowered = Lowered.from_graph(from_onnx(self._source, shapes), self.target, self.fuse)
+            plan = _Plan(lowered, self.target, self.records)
             self._plans[sig] = plan
         return plan
 
@@ -163,49 +178,34 @@ _Slot = int  # an index into a call's list of flat arrays
 class _Plan:
     """The model compiled for one set of input shapes."""
 
-    def __init__(self, graph: Graph, target: Target, records: BestRecords | None, fuse: bool):
-        from ..graph.fusion import fuse as fuse_graph
-        from ..graph.passes import optimize
-
-        for name in graph.inputs:
-            if not graph.values[name].static:
-                raise GraphError(
-                    f"input {name!r} has symbolic shape {graph.values[name].type_text()}: "
-                    "give its dimensions (shapes=...) or run the model once"
-                )
+    def __init__(self, lowered: Lowered, target: Target, records: BestRecords | None):
         started = time.perf_counter()
-        self.target = target
-        self.signature = tuple(tuple(int(d) for d in graph.values[i].shape) for i in graph.inputs)
-        self.graph = fuse_graph(optimize(graph), enabled=fuse)
-        specs, consts, new_values = extract(self.graph, target)
-        self.specs = specs
-        self.values: dict[str, Value] = {**self.graph.values, **new_values}
-        self.kernels, self.untuned, self.notes = _build_all(specs, records)
-        self._layout(consts)
+        self.target, self.lowered = target, lowered
+        self.name = lowered.name
+        self.signature = tuple(
+            tuple(int(d) for d in lowered.values[i].shape) for i in lowered.inputs
+        )
+        self.specs = list(lowered.specs)
+        self.values: dict[str, Value] = dict(lowered.values)
+        self.kernels, self.untuned, self.notes = _build_all(self.specs, records)
+        self._layout()
         self.compile_seconds = time.perf_counter() - started
         self.step_seconds: list[float] | None = None
         self._warn()
 
     # -- building --------------------------------------------------------------------
 
-    def _layout(self, consts: Mapping[str, np.ndarray]) -> None:
+    def _layout(self) -> None:
         """Storage for every value: inputs, constants, planned buffers and per-call outputs."""
-        g = self.graph
+        lw = self.lowered
         roots: dict[str, str] = {}
-        for node in g.nodes:
-            if node.op == FUSED:
-                continue
-            kind = opdef(node.op).kind
-            if kind is not OpKind.VIEW:
-                raise GraphError(f"{node.describe()} is left after fusion; it needs a kernel")
-            src = node.inputs[0]
-            for out in node.outputs[:1]:
-                roots[out] = roots.get(src, src)
+        for out, src in lw.views:
+            roots[out] = roots.get(src, src)
 
         def root_of(v: str) -> str:
             return roots.get(v, v)
 
-        out_roots = {root_of(o) for o in g.outputs}
+        out_roots = {root_of(o) for o in lw.outputs}
         writes = {s.output: k for k, s in enumerate(self.specs)}
         reads: dict[str, list[int]] = {}
         for k, s in enumerate(self.specs):
@@ -215,8 +215,6 @@ class _Plan:
             r for r in dict.fromkeys(root_of(s.output) for s in self.specs) if r not in out_roots
         ]
         spans = lifetimes(writes, reads, roots)
-        from .plan import Interval
-
         needs = [Interval(r, self._nbytes(r), *spans[r]) for r in planned if r in spans]
         offsets, total = assign_offsets(needs)
         self.arena = np.empty(max(total, 1), np.uint8)
@@ -231,7 +229,7 @@ class _Plan:
                 base.append(array)
             return slots[root]
 
-        self._input_slots = [slot(i, None) for i in g.inputs]
+        self._input_slots = [slot(i, None) for i in lw.inputs]
         for r in planned:
             v = self.values[r]
             start = offsets[r]
@@ -239,12 +237,12 @@ class _Plan:
             slot(r, view)
         self._out_roots = [
             (slot(r, None), self.values[r].dtype, self.values[r].size)
-            for r in dict.fromkeys(root_of(o) for o in g.outputs)
-            if r not in g.inputs and not self.values[r].is_const and r not in consts
+            for r in dict.fromkeys(root_of(o) for o in lw.outputs)
+            if r not in lw.inputs and not self.values[r].is_const
         ]
         for name, v in self.values.items():
             if v.data is not None:
-                data = np.array(consts.get(name, v.data), order="C")  # an owned, writable copy
+                data = np.array(v.data, order="C")  # an owned, writable copy
                 slot(name, data.reshape(-1))
         self._steps: list[tuple[Any, tuple[_Slot, ...]]] = []
         for spec, kernel in zip(self.specs, self.kernels, strict=True):
@@ -253,7 +251,7 @@ class _Plan:
             fn = kernel.kernel._fn  # type: ignore[attr-defined]
             self._steps.append((fn, tuple(slots[root_of(a)] for a in args)))
         self._base = base
-        self._outputs = [(slots[root_of(o)], self.values[o]) for o in g.outputs]
+        self._outputs = [(slots[root_of(o)], self.values[o]) for o in lw.outputs]
         #: Slots allocated per call: returned as they are; any other output is copied.
         self._fresh = {k for k, _, _ in self._out_roots}
 
@@ -316,7 +314,7 @@ class _Plan:
         uses = self.tasks()
         tuned = sum(u.tuned for u in uses)
         lines = [
-            f"model {self.graph.name} for inputs {shape} on {self.target.kind} "
+            f"model {self.name} for inputs {shape} on {self.target.kind} "
             f"({self.target.threads} threads): {len(self.specs)} kernels, {len(uses)} tasks "
             f"({tuned} tuned, {len(uses) - tuned} default), compiled in {self.compile_seconds:.1f} s, "
             f"{self.arena_bytes / 2**20:.1f} MiB of planned buffers"

@@ -1,0 +1,199 @@
+"""A model lowered to kernels: what a compiled module is made of, and its on-disk cache.
+
+:class:`Lowered` is the model after import, passes, fusion and task
+extraction: the tasks in order with the values they read and write, the
+views between values, and every value's type (constants with their data).
+The module builds kernels and plans buffers from it. It is also what a
+second ``compile_model`` of the same file reads back instead of importing
+the model again (``load`` / ``save``, JSON and an ``.npz`` of constants
+beside the kernel cache): importing onnx alone costs over a second here,
+and a ResNet-50's passes most of another. Nothing in the cache is executed:
+the JSON is data, the arrays load with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..codegen import cache_dir
+from ..codegen.index import code_fingerprint
+from ..graph.ir import FUSED, Graph, GraphError, Value
+from ..graph.ops import OpKind, opdef
+from ..target import Target
+from ..task import Task
+from ..workload import Workload
+from .tasks import KernelSpec, extract
+
+__all__ = ["Lowered", "cache_key", "external_files"]
+
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A model's kernels in order, its views, and the types (and constants) of its values."""
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    specs: tuple[KernelSpec, ...]
+    #: (view, the value it views): a Reshape, Flatten, Squeeze... left as an alias.
+    views: tuple[tuple[str, str], ...]
+    values: Mapping[str, Value]
+
+    @classmethod
+    def from_graph(cls, graph: Graph, target: Target, fuse: bool) -> Lowered:
+        from ..graph.fusion import fuse as fuse_graph
+        from ..graph.passes import optimize
+
+        g = fuse_graph(optimize(graph), enabled=fuse)
+        views = []
+        for node in g.nodes:
+            if node.op == FUSED:
+                continue
+            if opdef(node.op).kind is not OpKind.VIEW:
+                raise GraphError(f"{node.describe()} is left after fusion; it needs a kernel")
+            views.append((node.outputs[0], node.inputs[0]))
+        specs, consts, new_values = extract(g, target)
+        values = {**g.values, **new_values}
+        for name, data in consts.items():
+            values[name] = Value(name, values[name].dtype, values[name].shape, data)
+        return cls(g.name, g.inputs, g.outputs, tuple(specs), tuple(views), values)
+
+    # -- the cache ---------------------------------------------------------------------
+
+    def save(self, key: str, external: list[list[Any]]) -> None:
+        folder = _folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        consts = {n: v.data for n, v in self.values.items() if v.data is not None}
+        names = sorted(consts)
+        meta = {
+            "format": _FORMAT,
+            "external": external,
+            "name": self.name,
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "views": [list(v) for v in self.views],
+            "values": {n: [v.dtype, list(v.shape)] for n, v in self.values.items()},
+            "consts": names,
+            "specs": [
+                {
+                    "workload": s.task.workload.to_json(),
+                    "inputs": list(s.inputs),
+                    "output": s.output,
+                    "ops": s.ops,
+                    "nodes": list(s.nodes),
+                }
+                for s in self.specs
+            ],
+        }
+        tmp = folder / f"consts.{os.getpid()}.tmp.npz"
+        np.savez(tmp, **{f"c{k}": consts[n] for k, n in enumerate(names)})  # type: ignore[arg-type]
+        os.replace(tmp, folder / "consts.npz")
+        tmp_meta = folder / f"meta.{os.getpid()}.tmp"
+        tmp_meta.write_text(json.dumps(meta))
+        os.replace(tmp_meta, folder / "meta.json")  # last: its presence says the entry is whole
+
+    @classmethod
+    def load(cls, key: str, source: Any, target: Target) -> Lowered | None:
+        """The cached lowering of ``key``, or None (absent, damaged, stale or of another format)."""
+        folder = _folder(key)
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+            if meta.get("format") != _FORMAT or not _externals_unchanged(source, meta["external"]):
+                return None
+            with np.load(folder / "consts.npz", allow_pickle=False) as z:
+                data = {n: z[f"c{k}"] for k, n in enumerate(meta["consts"])}
+            values = {
+                n: Value(n, str(dt), tuple(shape), data.get(n))
+                for n, (dt, shape) in meta["values"].items()
+            }
+            specs = tuple(
+                KernelSpec(
+                    Task(Workload.from_json(s["workload"]), target),
+                    tuple(s["inputs"]),
+                    str(s["output"]),
+                    str(s["ops"]),
+                    tuple(s["nodes"]),
+                )
+                for s in meta["specs"]
+            )
+            views = tuple((str(a), str(b)) for a, b in meta["views"])
+            return cls(
+                str(meta["name"]),
+                tuple(meta["inputs"]),
+                tuple(meta["outputs"]),
+                specs,
+                views,
+                values,
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def cache_key(
+    source: Any, shapes: Mapping[str, Sequence[int]] | None, target: Target, fuse: bool
+) -> str | None:
+    """The cache key of compiling the model file ``source`` so; None for an in-memory model.
+
+    The file's bytes, the given shapes, the target's fingerprint and threads,
+    fusion on or off, and the compiler's code. (External data files are
+    checked at load, against the sizes and times ``save`` recorded.)
+    """
+    if not isinstance(source, str | os.PathLike):
+        return None
+    try:
+        h = hashlib.sha256(Path(source).read_bytes())
+    except OSError:
+        return None
+    given = sorted((k, [int(d) for d in v]) for k, v in (shapes or {}).items())
+    parts = [h.hexdigest(), json.dumps(given), target.fingerprint, str(target.threads)]
+    parts += [str(fuse), code_fingerprint()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def external_files(source: Any) -> list[list[Any]]:
+    """[name, size, mtime] of each external data file the model file reads."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    path = Path(source)
+    model = onnx.load(str(path), load_external_data=False)
+    names = sorted(
+        {
+            entry.value
+            for t in _get_all_tensors(model)
+            if uses_external_data(t)
+            for entry in t.external_data
+            if entry.key == "location"
+        }
+    )
+    out = []
+    for name in names:
+        st = (path.parent / name).stat()
+        out.append([name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _externals_unchanged(source: Any, recorded: list[list[Any]]) -> bool:
+    folder = Path(source).parent
+    for name, size, mtime in recorded:
+        try:
+            st = (folder / str(name)).stat()
+        except OSError:
+            return False
+        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+            return False
+    return True
+
+
+def _folder(key: str) -> Path:
+    return cache_dir() / "models" / key
