@@ -67,7 +67,7 @@ def _inputs(mod: Any, seed: int) -> dict[str, np.ndarray]:
 def cmd_compile(ns: argparse.Namespace) -> int:
     from rich.console import Console
 
-    console = Console()
+    console = Console(soft_wrap=True)
     mod = _compile(ns, console)
     if not mod.plans:
         console.print("the model has symbolic input dimensions: give them with --shape NAME=D1,D2")
@@ -81,7 +81,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     from .measure.interleave import interleaved, medians
 
-    console = Console()
+    console = Console(soft_wrap=True)
     mod = _compile(ns, console)
     if not mod.plans:
         raise ValueError("the model has symbolic input dimensions: give them with --shape")
@@ -124,7 +124,11 @@ def _ort_session(model: Path, threads: int) -> Any:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    return ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own error types: one line, as every other
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"onnxruntime cannot run this model: {first}") from None
 
 
 def add_commands(sub: Any, positive: Any) -> None:
