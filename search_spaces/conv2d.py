@@ -391,11 +391,45 @@ def _largest(choices: list[int], limit: int) -> int:
     return max([v for v in choices if v <= max(limit, 1)], default=1)
 
 
+#: Work the default's edge tiles may waste (padding columns and rows computed and dropped)
+#: before it trades the widest column tile for one that fits the output better.
+_DEFAULT_WASTE = 1.25
+
+
+def _waste(p: Conv2d, owr: int, ohr: int) -> float:
+    """Output pixels an OHR x OWR tiling computes per pixel it keeps (edge tiles run whole)."""
+    return (-(-p.OW // owr) * owr * -(-p.OH // ohr) * ohr) / (p.OW * p.OH)
+
+
+def _default_tile(p: Conv2d, pixels: int) -> tuple[int, int]:
+    """(OWR, OHR) of the default: the widest row of ``pixels`` columns, unless its edge tile
+    wastes over a quarter of the work; then 3 x 2 or 1 x 4, whichever wastes least.
+
+    An edge tile computes whole (its columns past the output clamped, see the schedule),
+    so 6 columns over a 7-column output compute 12 (ResNet's last stage), over 14
+    compute 18. Measured on one thread beside onnxruntime, medians of 9 rounds
+    (experiments/bench_conv_defaults.py): 3 x 3, 256 -> 256 channels, 14 x 14:
+    6 x 1 3.96 ms, 3 x 2 3.63, 2 x 3 6.26; 512 -> 512, 7 x 7: 6 x 1 10.3, 1 x 4 8.2;
+    1 x 1, 1024 -> 256, 14 x 14: 6 x 1 3.03, 3 x 2 2.72; but 1 x 1, 512 -> 2048,
+    7 x 7: 6 x 1 3.39, 1 x 4 3.58. Where the waste is small the row wins: at
+    28 x 28 (128 channels, 3 x 3), 6 x 1 3.24 ms, 1 x 4 3.70, 3 x 2 7.8. Which
+    tiles vectorize well is irregular (4 x 1 ran 1.5 to 3 times slower than 6 x 1
+    at 7 columns), so only these measured shapes are candidates.
+    """
+    wide = (_largest(_TILES, min(pixels, p.OW)), 1)
+    if _waste(p, *wide) <= _DEFAULT_WASTE:
+        return wide
+    tiles = [(w, h) for w, h in ((3, 2), (1, 4)) if w * h <= pixels and h <= p.OH and w <= p.OW]
+    return min([wide, *tiles], key=lambda t: _waste(p, *t))
+
+
 def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     """16 output channels (two vectors) x 6 output columns, weights packed, rows in parallel.
 
     The shape of NUMBA_NOTES' fast direct convolution; fewer channels or columns
-    where the output has fewer (a tile wider than the output only wastes lanes).
+    where the output has fewer (a tile wider than the output only wastes lanes),
+    and 3 x 2 or 1 x 4 pixels where 6 columns leave a large edge tile (7 or 14
+    columns: see ``_default_tile``).
     Measured on one thread (64 -> 64 channels, 3 x 3, 56 rows): about 65 GFLOP/s
     with the reduction ordered c, r, s when the columns leave an edge tile (56
     columns), but 40 against 79 for c, r, s against r, s, c when every tile is
@@ -408,13 +442,13 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     L = tgt.lanes("float32")
     accumulators = min(_DEFAULT_ACCUMULATORS, accumulator_budget(tgt))
     kr = 2 * L if p.K > L and accumulators >= 2 else L
-    owr = _largest(_TILES, min(accumulators // vectors(kr, L), p.OW))
+    owr, ohr = _default_tile(p, accumulators // vectors(kr, L))
     return {
         "vector": "k",
         "kr": kr,
         "owr": owr,
-        "ohr": 1,
-        "reduction": "rsc" if p.nhwc or p.OW % owr == 0 else "crs",
+        "ohr": ohr,
+        "reduction": "rsc" if p.nhwc or (p.OW % owr == 0 and p.OH % ohr == 0) else "crs",
         "outer": "rows",
         "pack_w": True,
         "pad_at": "root" if p.pad else "none",

@@ -85,6 +85,21 @@ def test_default_config_is_valid_for_any_shape(p: Conv2d) -> None:
     cv.config_space(p, target=AVX2).validate(cv.default_config(p, target=AVX2))
 
 
+@pytest.mark.parametrize(
+    ("size", "tile"), [(7, (1, 4)), (14, (3, 2)), (28, (6, 1)), (56, (6, 1)), (112, (6, 1))]
+)
+def test_the_default_tile_trades_the_wide_row_for_one_that_fits_a_small_output(
+    size: int, tile: tuple[int, int]
+) -> None:
+    """6 columns leave a large edge tile at 7 and 14 (ResNet's and MobileNet's late stages)."""
+    p = Conv2d(1, 256, size, size, 256, 3, 3, pad=1, bias=True)
+    for target in (AVX2, AVX512):
+        cfg = cv.default_config(p, target=target)
+        assert (cfg["owr"], cfg["ohr"]) == tile
+        assert cfg["reduction"] == ("rsc" if size % tile[0] == 0 and size % tile[1] == 0 else "crs")
+        cv.config_space(p, target=target).validate(cfg)
+
+
 def test_sampled_legal_configs_lower() -> None:
     """Cheap (no compile): the constraints admit only schedules that lower."""
     for p in AWKWARD[:3]:
