@@ -301,7 +301,7 @@ def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
     lanes = tgt.lanes(p.dtype)
     work = p.size * (p.reduce_inner if p.reduce_out else 1)
     at_row = bool(p.reductions) and p.rank > 1 and _row_is_cheap(text, p)
-    flat = p.rank == 1 or (not p.reduce_out and not at_row and p.inner < 4 * lanes)
+    flat = not p.reduce_out and (p.rank == 1 or (not at_row and p.inner < 4 * lanes))
     cols = _cols(p, flat)
     vector = 1 if p.reduce_out else next(f for f in (4, 2, 1) if f == 1 or lanes * f <= cols)
     return {

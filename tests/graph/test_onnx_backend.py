@@ -84,6 +84,13 @@ EXCLUDE: tuple[tuple[str, str], ...] = (
     (r"_empty|zero_size", "zero-size tensors: not supported (GraphError)"),
     (r"^test_dropout_random", "random outputs cannot be compared"),
     (r"_cuda$", "CPU only"),
+    (
+        r"^test_(rms_normalization|rotary_embedding).*_expanded",
+        "onnx's shape inference leaves ranks unknown in these function bodies (opset 23); "
+        "the importer needs every rank (one-line GraphError)",
+    ),
+    (r"^test_maxpool_with_argmax", "MaxPool's Indices output is not supported (GraphError)"),
+    (r"^test_dropout_default_mask", "Dropout's mask output is not supported (GraphError)"),
 )
 
 #: The default run: a few cases of each family, chosen to cover broadcasting, attributes read
@@ -167,23 +174,34 @@ class TunerRep(BackendRep):
 
 
 def _parameter_inputs(model: onnx.ModelProto) -> set[str]:
-    """Graph inputs read where an operator needs a compile-time constant."""
+    """Graph inputs that what an operator needs as a compile-time constant is computed from.
+
+    From each such operand (Reshape's shape, Pad's pads, a SHAPE operator's
+    inputs) back through the nodes that compute it; a Shape node needs only
+    its input's shape, so the walk stops there.
+    """
     from tuner.graph.ops import OpKind, opdef
 
+    producers = {out: node for node in model.graph.node for out in node.output}
     graph_inputs = {i.name for i in model.graph.input}
-    params: set[str] = set()
+    needed: list[str] = []
     for node in model.graph.node:
         try:
             d = opdef(node.op_type)
         except ValueError:
             continue
         positions = range(len(node.input)) if d.kind is OpKind.SHAPE else d.const_inputs
-        params.update(
-            node.input[k]
-            for k in positions
-            if k < len(node.input) and node.input[k] in graph_inputs
-        )
-    return params
+        needed.extend(node.input[k] for k in positions if k < len(node.input) and node.input[k])
+    seen: set[str] = set()
+    while needed:
+        name = needed.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is not None and node.op_type != "Shape":
+            needed.extend(i for i in node.input if i)
+    return seen & graph_inputs
 
 
 def _freeze(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:

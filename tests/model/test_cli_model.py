@@ -49,7 +49,10 @@ def test_model_mistakes_are_one_line(block, tmp_path, capsys):
         (["compile", str(block), "--shape", "y=2,3,7,7"], "not a graph input"),
         (["compile", str(block), "--shape", "x=2,three"], "--shape takes NAME=D1,D2,..."),
         (["run", str(block)], "symbolic input dimensions"),
-        (["compile", str(ints)], "has unsupported type: tensor(int64)"),  # Exp of an int64: a float is needed
+        (
+            ["compile", str(ints)],
+            "has unsupported type: tensor(int64)",
+        ),  # Exp of an int64: a float is needed
         (
             ["compile", str(block), "--shape", "x=1,3,7,7", "--log", str(tmp_path / "no.jsonl")],
             "does not exist",

@@ -16,11 +16,17 @@ import numpy as np
 from .ir import FUSED, Graph, GraphError
 from .ops import opdef
 
-__all__ = ["run_graph"]
+__all__ = ["evaluate_all", "run_graph"]
 
 
 def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The graph's outputs for ``feeds`` (one array per graph input, by name)."""
+    env = evaluate_all(graph, feeds)
+    return [env[o] for o in graph.outputs]
+
+
+def evaluate_all(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of the graph (inputs, constants, node outputs) for ``feeds``, by name."""
     env: dict[str, np.ndarray] = {v.name: v.data for v in graph.constants() if v.data is not None}
     for name in graph.inputs:
         if name not in feeds:
@@ -37,4 +43,4 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]
         for name, value in zip(node.outputs, results, strict=False):
             if name:
                 env[name] = value
-    return [env[o] for o in graph.outputs]
+    return env

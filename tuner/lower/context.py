@@ -17,6 +17,8 @@ __all__ = ["Cache", "Env", "Padding", "forward", "identity", "leaf_extents", "ro
 def identity(combiner: str, dtype: str) -> Const:
     if combiner == "sum":
         return Const(0.0 if is_float(dtype) else 0, dtype)
+    if dtype == "bool":  # max is "any", min is "all"
+        return Const(combiner == "min", dtype)
     big = {"int8": 127, "int32": 2**31 - 1, "int64": 2**63 - 1}
     if is_float(dtype):
         return Const(-math.inf if combiner == "max" else math.inf, dtype)

@@ -54,13 +54,15 @@ class Lowered:
         from ..graph.fusion import fuse as fuse_graph
         from ..graph.passes import optimize
 
-        g = fuse_graph(optimize(graph), enabled=fuse)
+        g = fuse_graph(optimize(_static_shapes(graph)), enabled=fuse)
         views = []
         for node in g.nodes:
             if node.op == FUSED:
                 continue
             if opdef(node.op).kind is not OpKind.VIEW:
                 raise GraphError(f"{node.describe()} is left after fusion; it needs a kernel")
+            if any(node.outputs[1:]):
+                raise GraphError(f"{node.describe()}: only its first output is supported")
             views.append((node.outputs[0], node.inputs[0]))
         specs, consts, new_values = extract(g, target)
         values = {**g.values, **new_values}
@@ -137,6 +139,36 @@ class Lowered:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def _static_shapes(graph: Graph) -> Graph:
+    """The graph with every value's shape made concrete, once its inputs' shapes are.
+
+    onnx's shape inference loses extents that flow through shape arithmetic
+    it cannot follow (a Reshape to a computed shape, a Split of a computed
+    size); with static inputs, running the graph once in NumPy on zeros
+    gives every value's extents. Graphs whose values are all static (the
+    usual exported CNN or encoder) skip this.
+    """
+    if all(v.static for v in graph.values.values()):
+        return graph
+    if not all(graph.values[i].static for i in graph.inputs):
+        return graph
+    from ..graph.interpret import evaluate_all
+
+    feeds = {
+        i: np.zeros(tuple(int(d) for d in graph.values[i].shape), graph.values[i].dtype)
+        for i in graph.inputs
+    }
+    with np.errstate(all="ignore"):
+        env = evaluate_all(graph, feeds)
+    table = {
+        name: v
+        if v.static or name not in env
+        else Value(name, v.dtype, tuple(env[name].shape), v.data)
+        for name, v in graph.values.items()
+    }
+    return graph.replace(values=table)
 
 
 def cache_key(

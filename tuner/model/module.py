@@ -240,6 +240,9 @@ class _Plan:
             for r in dict.fromkeys(root_of(o) for o in lw.outputs)
             if r not in lw.inputs and not self.values[r].is_const
         ]
+        for r in dict.fromkeys(root_of(o) for o in lw.outputs):
+            if r not in writes and r not in lw.inputs and not self.values[r].is_const:
+                raise GraphError(f"output value {r!r} is computed by no kernel")
         for name, v in self.values.items():
             if v.data is not None:
                 data = np.array(v.data, order="C")  # an owned, writable copy
