@@ -27,10 +27,9 @@ from tuner.graph.passes import (
     fold_batchnorm,
     fold_constants,
     optimize,
-    recognize_gelu,
-    recognize_layer_norm,
     simplify,
 )
+from tuner.graph.patterns import recognize_gelu, recognize_layer_norm
 
 # -- stand-in operators --------------------------------------------------------------
 
