@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.graph.test_passes import (
+from tests.graph.standins import (
     Builder,
-    _bn_params,
-    _gelu,
-    _layer_norm_parts,
     assert_same,
+    bn_params,
+    gelu,
+    layer_norm_parts,
     ops_of,
     standin_ops,
 )
@@ -64,9 +64,9 @@ def fused(graph: Graph, enabled: bool = True) -> Graph:
 
 def resnet_basic_block(b: Builder, x: str, channels: int) -> str:
     c = b("Conv", x, b.weight(channels, channels, 1, 1))
-    r = b("Relu", b("BatchNormalization", c, *_bn_params(b, channels)))
+    r = b("Relu", b("BatchNormalization", c, *bn_params(b, channels)))
     c = b("Conv", r, b.weight(channels, channels, 1, 1))
-    a = b("Add", b("BatchNormalization", c, *_bn_params(b, channels)), x)
+    a = b("Add", b("BatchNormalization", c, *bn_params(b, channels)), x)
     return b("Relu", a)
 
 
@@ -89,7 +89,7 @@ def test_resnet_bottleneck_with_downsample() -> None:
     x = b.input("x", (1, 8, 4, 4))
 
     def conv_bn(v: str, k: int, c: int) -> str:
-        return b("BatchNormalization", b("Conv", v, b.weight(k, c, 1, 1)), *_bn_params(b, k))
+        return b("BatchNormalization", b("Conv", v, b.weight(k, c, 1, 1)), *bn_params(b, k))
 
     out = b("Relu", conv_bn(x, 4, 8))
     out = b("Relu", conv_bn(out, 4, 4))
@@ -118,9 +118,9 @@ def encoder_layer(b: Builder, x: str, seq: int, d: int, heads: int, ff: int) -> 
     s = b("Div", b("MatMul", q, k), b.const(np.float32(np.sqrt(dh))))
     o = b("MatMul", b("Softmax", s, axis=-1), v)
     o = b("Reshape", b("Transpose", o, perm=(0, 2, 1, 3)), b.const(np.array([1, seq, d])))
-    h = _layer_norm_parts(b, b("Add", linear(o, d, d), x), affine=True)
-    f = linear(_gelu(b, linear(h, d, ff), "torch"), ff, d)
-    return _layer_norm_parts(b, b("Add", f, h), affine=True)
+    h = layer_norm_parts(b, b("Add", linear(o, d, d), x), affine=True)
+    f = linear(gelu(b, linear(h, d, ff), "torch"), ff, d)
+    return layer_norm_parts(b, b("Add", f, h), affine=True)
 
 
 ENCODER_GROUPS = [

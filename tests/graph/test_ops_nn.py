@@ -15,7 +15,7 @@ import pytest
 from tests.graph.helpers import check_op, evaluate, ort_run
 from tuner.graph import GraphError, Node
 from tuner.graph.ops import OpKind, opdef
-from tuner.graph.ops.nn import conv_params, conv_transpose_params, pool_params
+from tuner.graph.ops.windows import conv_params, conv_transpose_params, pool_params
 
 rng = np.random.default_rng(13)
 

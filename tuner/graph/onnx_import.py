@@ -42,7 +42,7 @@ from onnx import AttributeProto, TensorProto, numpy_helper
 
 from .ir import Dim, Graph, GraphError, Node, Value
 from .ops import supported
-from .ops.movement import constant_value
+from .ops.shape import constant_value
 
 __all__ = ["MIN_OPSET", "TESTED_OPSET", "from_onnx"]
 

@@ -384,7 +384,7 @@ def _shape(v: Value) -> tuple[int, ...]:
 
 
 def _conv(b: _Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
-    from ..graph.ops.nn import conv_params
+    from ..graph.ops.windows import conv_params
 
     x, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
     if not _f32(x, w, y) or len(x.shape) != 4:
@@ -448,7 +448,7 @@ def _gemm(b: _Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
 
 
 def _pool(b: _Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
-    from ..graph.ops.nn import pool_params
+    from ..graph.ops.windows import pool_params
 
     x, y = values[n.inputs[0]], values[n.outputs[0]]
     if not _f32(x, y) or len(x.shape) != 4:

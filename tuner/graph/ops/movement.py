@@ -1,6 +1,7 @@
-"""Data movement: views, index remaps and shape arithmetic (ONNX opsets 13..21).
+"""Data movement: views and index remaps (ONNX opsets 13..21).
 
-Three kinds of operator live here:
+Two kinds of operator live here (shape arithmetic, which moves no data, is
+in ``shape``):
 
 - **views** (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout in
   inference) give the same row-major data a new shape; the compiled module
@@ -8,9 +9,7 @@ Three kinds of operator live here:
   used when a view sits inside a kernel group;
 - **injective** operators (Transpose, Concat, Split, Slice, Gather, Pad,
   Expand, Tile) read one input element per output element at a computed
-  index;
-- **shape arithmetic** (Shape, Size, ConstantOfShape, Range, Constant) must
-  fold to constants at compile time; they have no lowering.
+  index.
 
 The readers (``reshape_target``, ``slice_params``, ``pads_of``, ...) turn a
 node's attributes and constant inputs into normalised parameters, in both
@@ -596,62 +595,3 @@ def _tile(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     if len(repeats) != x.ndim or any(r < 1 for r in repeats):
         raise GraphError(f"{node.describe()} has repeats {repeats} for rank {x.ndim}")
     return [_owned(np.tile(x, repeats))]
-
-
-# -- shape arithmetic (folded at compile time) -----------------------------------
-
-
-@register("Shape", OpKind.SHAPE)
-def _shape(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    x = arrays[0]
-    assert x is not None
-    rank = x.ndim
-    start, end = int(node.attr("start", 0)), int(node.attr("end", rank))
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = min(max(end + rank if end < 0 else end, 0), rank)
-    return [np.array(x.shape[start:end], np.int64)]
-
-
-@register("Size", OpKind.SHAPE)
-def _size(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    x = arrays[0]
-    assert x is not None
-    return [np.array(x.size, np.int64)]
-
-
-@register("ConstantOfShape", OpKind.SHAPE, const_inputs=(0,))
-def _constant_of_shape(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    value = node.attr("value")
-    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    return [np.full(_ints(arrays[0]), fill[0], fill.dtype)]
-
-
-@register("Range", OpKind.SHAPE, const_inputs=(0, 1, 2))
-def _range(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    start, limit, delta = (np.asarray(a).reshape(()) for a in arrays[:3])
-    if delta == 0:
-        raise GraphError(f"{node.describe()} has delta 0")
-    n = max(int(np.ceil((limit - start) / delta)), 0)
-    return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
-
-
-def constant_value(node: Node) -> np.ndarray:
-    """The tensor a Constant node defines (``value``, ``value_float(s)``, ``value_int(s)``)."""
-    attrs = node.attrs
-    if "value" in attrs:
-        return np.array(attrs["value"])
-    if "value_float" in attrs:
-        return np.array(attrs["value_float"], np.float32)
-    if "value_floats" in attrs:
-        return np.array(attrs["value_floats"], np.float32)
-    if "value_int" in attrs:
-        return np.array(attrs["value_int"], np.int64)
-    if "value_ints" in attrs:
-        return np.array(attrs["value_ints"], np.int64)
-    kinds = ", ".join(sorted(attrs)) or "nothing"
-    raise GraphError(f"{node.describe()} holds {kinds}; only dense numeric values are supported")
-
-
-@register("Constant", OpKind.SHAPE)
-def _constant(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    return [constant_value(node)]
