@@ -17,6 +17,9 @@ Compile times come from fresh processes: "cold" into an empty kernel cache,
 "per launch" is the module's own cost between kernels: the run's median less
 the sum of its kernels' medians (``Module`` profile), divided by the number
 of kernels. Ratios are peer time / this project's time (above 1: faster).
+Break-even: the runs after which the cold compile has paid for itself
+against onnxruntime ("never" while slower), beside torch.compile's compile
+time (its first call) and the runs it needs to pay for itself over eager.
 Writes experiments/out/bench_models.csv.
 """
 
@@ -29,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +103,12 @@ def peers(path: Path, name: str, threads: int, feeds: dict[str, np.ndarray]) -> 
         with torch.inference_mode():
             return compiled(x)
 
-    comp()  # compile outside the timed blocks
+    started = time.perf_counter()
+    comp()  # Inductor compiles at the first call: outside the timed blocks, timed here
+    compile_s = time.perf_counter() - started
     fns["torch"] = eager
     fns["torch.compile"] = comp
-    return {"fns": fns, "sess": sess}
+    return {"fns": fns, "sess": sess, "torch_compile_s": compile_s}
 
 
 def bench(name: str, threads: int, rounds: int, log: str | None) -> dict[str, Any]:
@@ -149,6 +155,13 @@ def bench(name: str, threads: int, rounds: int, log: str | None) -> dict[str, An
         row[f"{k}_ms"] = round(t * 1e3, 3)
         if k != "tuner":
             row[f"x_{k}"] = round(t / times["tuner"], 2)
+    # Break-even: runs until a compile pays for itself against the peer it beats.
+    saving = times["onnxruntime"] - times["tuner"]
+    row["breakeven_vs_ort_runs"] = round(cold["compile"] / saving) if saving > 0 else "never"
+    if "torch_compile_s" in p:
+        row["torch_compile_s"] = round(p["torch_compile_s"], 1)
+        gain = times["torch"] - times["torch.compile"]
+        row["inductor_breakeven_runs"] = round(p["torch_compile_s"] / gain) if gain > 0 else "never"
     return row
 
 
@@ -181,6 +194,11 @@ def main() -> None:
         c for c in ("torch_ms", "x_torch", "torch.compile_ms", "x_torch.compile") if c in fields
     ]
     cols += ["kernels", "per_launch_us", "cold_compile_s", "cached_compile_s"]
+    cols += [
+        c
+        for c in ("breakeven_vs_ort_runs", "torch_compile_s", "inductor_breakeven_runs")
+        if c in fields
+    ]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
