@@ -168,7 +168,12 @@ def _build(task: Task, sched: Schedule, tensors: list[Tensor]) -> Kernel:
     of), so a config and a replayed trace that make the same schedule share it.
     """
     identity = f"{task.key}\n{sched.dumps()}"
-    return indexed(identity, lambda: build(sched, tensors, target=task.target), task.target)
+    return indexed(
+        identity,
+        lambda: build(sched, tensors, target=task.target),
+        task.target,
+        relower=lambda: lower(sched, tensors, "kernel", target=task.target),
+    )
 
 
 def _from_record(

@@ -101,8 +101,14 @@ class Backend(abc.ABC):
         """What ``restore`` needs to give ``kernel`` back in another process (None: nothing)."""
         return None
 
-    def restore(self, entry: Mapping[str, Any], target: Target) -> Kernel | None:
-        """The kernel ``describe`` wrote ``entry`` for, if its compiled code is still cached."""
+    def restore(
+        self,
+        entry: Mapping[str, Any],
+        target: Target,
+        relower: Callable[[], LoweredFunc] | None = None,
+    ) -> Kernel | None:
+        """The kernel ``describe`` wrote ``entry`` for, if its compiled code is still cached;
+        ``relower`` gives its loop nest when someone asks for it."""
         return None
 
 

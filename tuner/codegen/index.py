@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from ..lower.lower import LoweredFunc
 from ..target import Target
 from .backend import BuildOptions, Kernel, cache_dir, get_backend
 
@@ -51,8 +52,12 @@ def indexed(
     make: Callable[[], Kernel],
     target: Target,
     options: BuildOptions | None = None,
+    relower: Callable[[], LoweredFunc] | None = None,
 ) -> Kernel:
-    """The kernel ``identity`` names: restored from the index, else ``make()`` and recorded."""
+    """The kernel ``identity`` names: restored from the index, else ``make()`` and recorded.
+
+    ``relower`` lowers the schedule again, for a restored kernel's ``lowered``.
+    """
     backend = get_backend(target)
     opts = options or BuildOptions()
     parts = (identity, target.fingerprint, str(target.threads), repr(opts), code_fingerprint())
@@ -60,7 +65,7 @@ def indexed(
     path = cache_dir() / "index" / f"{key}.json"
     try:
         entry = json.loads(path.read_text())
-        kernel = backend.restore(entry, target) if isinstance(entry, dict) else None
+        kernel = backend.restore(entry, target, relower) if isinstance(entry, dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         kernel = None
     if kernel is not None:

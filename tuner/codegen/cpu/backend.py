@@ -16,7 +16,7 @@ import linecache
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,8 +52,13 @@ class CpuKernel(Kernel):
         module: ModuleType,
         target: Target,
         written: list[int] | None = None,
+        relower: Callable[[], LoweredFunc] | None = None,
     ):
-        self.lowered = func
+        #: The arguments (what every call is checked against); with ``relower``, ``func``
+        #: carries only these, and the loop nest is lowered again when first asked for.
+        self._signature = func
+        self._lowered = None if relower is not None else func
+        self._relower = relower
         self.source = source
         self.target = target
         self.module_name = module.__name__
@@ -69,9 +74,25 @@ class CpuKernel(Kernel):
             sum(s.cache_hits.values()) and not sum(s.cache_misses.values()) for s in stats
         )
 
+    @property
+    def lowered(self) -> LoweredFunc:
+        """The loop nest the kernel was compiled from (lowered again for a restored kernel)."""
+        if self._lowered is None:
+            assert self._relower is not None
+            self._lowered = self._relower()
+        return self._lowered
+
+    @lowered.setter
+    def lowered(self, func: LoweredFunc) -> None:
+        self._lowered = func
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return self._signature.args
+
     def __call__(self, *arrays: Any) -> None:
-        check_arrays(self.lowered, arrays)
-        check_no_overlap(self.lowered, arrays, self._written)
+        check_arrays(self._signature, arrays)
+        check_no_overlap(self._signature, arrays, self._written)
         if self._threads:
             import numba
 
@@ -210,7 +231,7 @@ class NumbaCpuBackend(Backend):
 
     def describe(self, kernel: Kernel) -> dict[str, Any] | None:
         assert isinstance(kernel, CpuKernel)
-        func = kernel.lowered
+        func = kernel._signature
         return {
             "module": kernel.module_name,
             "func": func.name,
@@ -218,11 +239,16 @@ class NumbaCpuBackend(Backend):
             "written": kernel._written,
         }
 
-    def restore(self, entry: Mapping[str, Any], target: Target) -> Kernel | None:
+    def restore(
+        self,
+        entry: Mapping[str, Any],
+        target: Target,
+        relower: Callable[[], LoweredFunc] | None = None,
+    ) -> Kernel | None:
         """The kernel of ``entry`` from its module file, without lowering again.
 
-        The restored kernel carries its arguments and source, not its loop nest
-        (its ``lowered.body`` is empty): what a caller of a built kernel uses.
+        Its arguments and source come from the entry; its loop nest
+        (``lowered``) only when asked for, from ``relower``.
         """
         name, func_name = str(entry["module"]), str(entry["func"])
         if not (name.startswith("k_") and name[2:].isalnum() and func_name.isidentifier()):
@@ -237,6 +263,6 @@ class NumbaCpuBackend(Backend):
             Buffer(str(n), tuple(int(d) for d in shape), str(dtype), Scope(scope), is_arg=True)
             for n, shape, dtype, scope in entry["args"]
         )
-        func = LoweredFunc(func_name, args, Seq(()))
+        signature = LoweredFunc(func_name, args, Seq(()))
         written = [int(k) for k in entry["written"]]
-        return CpuKernel(func, source, module, target, written)
+        return CpuKernel(signature, source, module, target, written, relower)
