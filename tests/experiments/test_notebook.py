@@ -26,3 +26,19 @@ def test_analysis_notebook_executes_on_the_small_log(tmp_path: Path) -> None:
     assert "80 candidates, 80 ok, 1 workload(s)" in outputs
     assert "Spearman rank correlation" in outputs
     assert "knobs by effect:" in outputs
+
+
+def test_fusion_notebook_executes_on_the_kept_table(tmp_path: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("matplotlib")
+    nb = nbformat.read(ROOT / "experiments" / "fusion.ipynb", as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
+    client.execute()
+    outputs = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
+    assert "workloads from fusion.csv" in outputs
+    assert "largest fusion gain here:" in outputs
