@@ -21,7 +21,6 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -264,13 +263,18 @@ class _Plan:
 
     # -- running ---------------------------------------------------------------------
 
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _env(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        """A call's flat arrays by slot: the planned ones, the inputs, fresh outputs."""
         env = list(self._base)
         for k, arr in zip(self._input_slots, arrays, strict=True):
             env[k] = arr.reshape(-1)
         for k, dtype, size in self._out_roots:
             env[k] = np.empty(size, dtype)
         _set_threads(self.target)
+        return env
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        env = self._env(arrays)
         for fn, idx in self._steps:
             fn(*[env[i] for i in idx])
         fresh = self._fresh
@@ -280,12 +284,7 @@ class _Plan:
 
     def profile(self, arrays: Sequence[np.ndarray], repeat: int = 10) -> list[float]:
         """Median seconds of each kernel over ``repeat`` runs (kept for ``summary``)."""
-        env = list(self._base)
-        for k, arr in zip(self._input_slots, arrays, strict=True):
-            env[k] = arr.reshape(-1)
-        for k, dtype, size in self._out_roots:
-            env[k] = np.empty(size, dtype)
-        _set_threads(self.target)
+        env = self._env(arrays)
         samples: list[list[float]] = [[] for _ in self._steps]
         for _ in range(repeat):
             for j, (fn, idx) in enumerate(self._steps):
@@ -407,7 +406,3 @@ def _set_threads(target: Target) -> None:
         import numba
 
         numba.set_num_threads(min(threads, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
-
-
-def _path(p: Any) -> Path | None:
-    return Path(p) if isinstance(p, str | os.PathLike) else None

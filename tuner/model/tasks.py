@@ -71,10 +71,6 @@ class _Builder:
     def value(self, name: str) -> Value:
         return self.new_values.get(name) or self.values[name]
 
-    def data(self, name: str) -> np.ndarray | None:
-        v = self.value(name)
-        return v.data
-
 
 def extract(
     graph: Graph, target: Target
