@@ -79,8 +79,30 @@ def test_parallel_root_stages_between_serial_ones() -> None:
 
 
 @pytest.mark.usefixtures("two_threads")
-def test_parallel_loop_inside_a_serial_one_keeps_prange() -> None:
+def test_a_short_serial_loop_around_a_parallel_one_runs_in_the_entry() -> None:
+    """One runtime for the whole kernel: the serial loop is the Python entry's, its variable passed on."""
     (A, B), C, ref = matmul(7, 10, 5)
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].parallel(j)
+    f = _run(s, [A, B, C], ref)
+    assert "prange" not in f.source.split("from numba import prange")[1]
+    assert "    for i in range(7):\n        parallel_for(kernel_p0, 10, A, B, C, i)" in f.source
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_a_serial_loop_of_one_around_a_parallel_one_disappears() -> None:
+    (A, B), C, ref = matmul(1, 10, 5)
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].parallel(j)
+    f = _run(s, [A, B, C], ref)
+    assert "parallel_for(kernel_p0, 10, A, B, C)" in f.source and "for i in" not in f.source
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_parallel_loop_inside_a_long_serial_one_keeps_prange() -> None:
+    (A, B), C, ref = matmul(65, 10, 5)
     s = te.create_schedule(C)
     i, j = s[C].op.axis
     s[C].parallel(j)

@@ -11,6 +11,8 @@ the stack.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Seq, Stmt, Store
@@ -181,15 +183,32 @@ def _has_parallel(s: Stmt) -> bool:
     return any(isinstance(x, For) and x.kind == "parallel" for x in walk_stmts(s))
 
 
-def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt] | None:
+#: Serial loops around parallel ones that the threaded entry runs as Python loops, at most.
+_MAX_REPEATS = 64
+
+
+@dataclass(frozen=True)
+class _Repeat:
+    """A serial loop at the top whose body holds parallel loops: run by the Python entry."""
+
+    var: str
+    extent: int
+    items: list[Stmt | _Repeat]
+
+
+def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt | _Repeat] | None:
     """The statements run one after another at the function's top, through sequences and scratch.
 
-    ``None`` when a parallel loop sits anywhere else (inside another loop, a
-    condition or a stack buffer's scope) or has an extent unknown at build
-    time: such a kernel keeps ``prange``.
+    A serial loop around a parallel one is unwrapped when it runs once and
+    becomes a ``_Repeat`` (a loop in the Python entry) when it runs a few
+    times: a padding stage's ``for n in range(1): for c in parallel(C)`` is as
+    common as the batch loop of a batch above 1. ``None`` when a parallel loop
+    sits anywhere else (inside a condition, a stack buffer's scope or a long
+    serial loop) or has an extent unknown at build time: such a kernel keeps
+    ``prange``.
     """
     if isinstance(s, Seq):
-        out: list[Stmt] = []
+        out: list[Stmt | _Repeat] = []
         for child in s.body:
             items = _top_level(child, allocs)
             if items is None:
@@ -203,58 +222,96 @@ def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt] | None:
         if not isinstance(s.extent, Const) or _has_parallel(s.body):
             return None
         return [s]
-    return None if _has_parallel(s) else [s]
+    if not _has_parallel(s):
+        return [s]
+    if isinstance(s, For) and s.kind == "serial" and isinstance(s.extent, Const):
+        extent = int(s.extent.value)
+        if extent == 1:
+            return _top_level(substitute_stmt(s.body, _binds(s.var, Const(0)), simplify), allocs)
+        if 1 < extent <= _MAX_REPEATS:
+            inner = _top_level(s.body, allocs)
+            return None if inner is None else [_Repeat(s.var, extent, inner)]
+    return None
 
 
 def _render_threaded(
-    r: NumbaRenderer, func: LoweredFunc, items: list[Stmt], allocs: list[Alloc], njit_flags: str
+    r: NumbaRenderer,
+    func: LoweredFunc,
+    items: list[Stmt | _Repeat],
+    allocs: list[Alloc],
+    njit_flags: str,
 ) -> str:
     """Serial stretches and parallel loops as separate functions, called by a Python entry.
 
     Each top-level parallel loop becomes ``<name>_p<k>(lo, hi, ...)``, a
     ``nogil`` function over a range of its iterations that
     ``tuner.codegen.cpu.threads.parallel_for`` runs on threads; the statements
-    between them become ``<name>_s<k>(...)``. Every function has a signature,
-    so importing the module compiles them all (or loads them from the cache).
+    between them become ``<name>_s<k>(...)``; a ``_Repeat`` is a loop of the
+    entry, its variable passed on to the functions inside. Every function has
+    a signature, so importing the module compiles them all (or loads them from
+    the cache).
     """
     for a in allocs:
         r.buffers[a.buffer.name] = a.buffer
         r.hoist(a.buffer.name, a.buffer.size, a.buffer.dtype)
-    segments: list[tuple[For | None, list[str]]] = []
-    for item in items:
-        r.lines, r.depth, r.parallel = [], 1, None
-        if isinstance(item, For) and item.kind == "parallel":
-            r.emit(f"for {item.var} in range(lo_, hi_):")
-            r.depth, r.parallel = 2, item
-            r.visit(item.body)
-            segments.append((item, r.lines))
-        elif segments and segments[-1][0] is None:
-            r.visit(item)
-            segments[-1][1].extend(r.lines)
-        else:
-            r.visit(item)
-            segments.append((None, r.lines))
-    buffers = [*func.args, *(r.buffers[n] for n in r.hoisted)]
-    params = ", ".join(b.name for b in buffers)
+    buffers = [*func.args]  # the scratch buffers join once all are known
+    functions: list[tuple[str, For | None, tuple[str, ...], list[str]]] = []
+    # The entry's lines: a loop header, or (indent, function, parallel extent or None).
+    entry: list[str | tuple[int, int, str | None]] = []
+
+    def place(items: list[Stmt | _Repeat], outer: tuple[str, ...], depth: int) -> None:
+        open_serial = False  # the last function is serial and may take more statements
+        for item in items:
+            if isinstance(item, _Repeat):
+                entry.append(f"{'    ' * depth}for {item.var} in range({item.extent}):")
+                place(item.items, (*outer, item.var), depth + 1)
+                open_serial = False
+                continue
+            r.lines, r.depth, r.parallel = [], 1, None
+            if isinstance(item, For) and item.kind == "parallel":
+                r.emit(f"for {item.var} in range(lo_, hi_):")
+                r.depth, r.parallel = 2, item
+                r.visit(item.body)
+                entry.append((depth, len(functions), r.expr(item.extent)))
+                functions.append((f"{func.name}_p{len(functions)}", item, outer, r.lines))
+                open_serial = False
+            elif open_serial:
+                r.visit(item)
+                functions[-1][3].extend(r.lines)
+            else:
+                r.visit(item)
+                entry.append((depth, len(functions), None))
+                functions.append((f"{func.name}_s{len(functions)}", None, outer, r.lines))
+                open_serial = True
+
+    place(items, (), 1)
+    buffers += [r.buffers[n] for n in r.hoisted]
     sig = ", ".join(f"numba.{b.dtype}[::1]" for b in buffers)
     out: list[str] = []
-    calls: list[str] = []
-    for k, (loop, lines) in enumerate(segments):
+    params: list[str] = []
+    for name, loop, outer, lines in functions:
+        params.append(", ".join([*(b.name for b in buffers), *outer]))
+        types = ", ".join([sig, *("numba.int64" for _ in outer)])
         if loop is None:
-            name = f"{func.name}_s{k}"
-            deco = f"@numba.njit(numba.void({sig}), {njit_flags})" if njit_flags else ""
-            head = f"def {name}({params}):"
-            calls.append(f"    {name}({params})")
+            deco = f"@numba.njit(numba.void({types}), {njit_flags})"
+            head = f"def {name}({params[-1]}):"
         else:
-            name = f"{func.name}_p{k}"
-            deco = (
-                f"@numba.njit(numba.void(numba.int64, numba.int64, {sig}), {njit_flags}, nogil=True)"
-                if njit_flags
-                else ""
-            )
-            head = f"def {name}(lo_, hi_, {params}):"
-            calls.append(f"    parallel_for({name}, {r.expr(loop.extent)}, {params})")
-        out += [*([deco] if deco else []), head, *lines, ""]
+            deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True)"
+            head = f"def {name}(lo_, hi_, {params[-1]}):"
+        out += [*([deco] if njit_flags else []), head, *lines, ""]
+    calls: list[str] = []
+    for line in entry:
+        if isinstance(line, str):
+            calls.append(line)
+            continue
+        depth, k, extent = line
+        name = functions[k][0]
+        call = (
+            f"{name}({params[k]})"
+            if extent is None
+            else f"parallel_for({name}, {extent}, {params[k]})"
+        )
+        calls.append("    " * depth + call)
     out.append(f"def {func.name}({', '.join(b.name for b in func.args)}):")
     out += [f"    {n} = np.empty({size}, np.{dtype})" for n, (size, dtype) in r.hoisted.items()]
     out += calls
