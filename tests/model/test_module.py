@@ -30,6 +30,16 @@ def test_a_residual_block_matches_onnxruntime_fused_and_unfused(rng, tmp_path):
     assert "BatchNormalization" not in "+".join(ops)
 
 
+def test_a_classifier_over_a_batch_of_one_is_dense_with_its_bias(rng):
+    """A bias [N] over a [1, N] output is per channel (it is also the output's full shape)."""
+    model = residual_block(rng, batch=1)
+    x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    mod = tuner.compile_model(model)
+    last = mod.plans[0].specs[-1]
+    assert last.task.op_name == "dense" and last.task.workload.as_dict()["bias"] is True
+    np.testing.assert_allclose(mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4)
+
+
 def test_symbolic_batch_compiles_per_shape_on_first_sight(rng):
     model = residual_block(rng, batch="batch")
     mod = tuner.compile_model(model)

@@ -26,7 +26,7 @@ from .backend import BuildOptions, Kernel, cache_dir, get_backend
 __all__ = ["code_fingerprint", "indexed"]
 
 #: The packages whose code decides a kernel's source for a given schedule identity.
-_CODE = ("te", "schedule", "lower", "codegen", "space", "task.py", "kinds.py", "graph")
+_CODE = ("te", "schedule", "lower", "codegen", "space", "task.py", "kinds.py", "graph", "model")
 _FINGERPRINT: str | None = None
 
 

@@ -305,11 +305,12 @@ def _broadcast_kind(shape: tuple[Any, ...], out_shape: tuple[int, ...], channel_
     if len(shape) > len(out_shape):
         return ""
     padded = (1,) * (len(out_shape) - len(shape)) + tuple(int(d) for d in shape)
-    if padded == tuple(out_shape):
-        return "f"
     axis = channel_axis % len(out_shape)
+    # Per channel first: a classifier's bias [N] over a batch of one output [1, N] is both.
     if padded[axis] == out_shape[axis] and all(d == 1 for i, d in enumerate(padded) if i != axis):
         return "c"
+    if padded == tuple(out_shape):
+        return "f"
     return ""
 
 
