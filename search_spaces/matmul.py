@@ -31,7 +31,9 @@ one k are then adjacent, and packing A makes its panels contiguous too.
 
 ``epilogue`` (``search_spaces._epilogue``, float dtypes only) fuses
 elementwise steps after the product (a bias ``add@c``, a residual ``add@f``,
-an activation), a channel being a column of ``C``: the output is then a stage
+an activation), a channel being a column of ``C`` (a row with
+``channels="rows"``: a 1 x 1 convolution's output channels, computed as
+``W[K, C] @ X[C, H*W]``): the output is then a stage
 ``Y`` that computes ``C`` one ``MC x NC`` block at a time while it is in
 cache (:func:`search_spaces._gemm.blocked_output`), with the same knobs.
 
@@ -138,6 +140,7 @@ def reference(
     trans_b: bool = False,
     epilogue: str = NONE,
     extras: Sequence[np.ndarray] = (),
+    channels: str = "cols",
 ) -> np.ndarray:
     """The product (float64 sums for an epilogue, applied to ``extras`` in float64 too)."""
     acc = np.int32 if a.dtype == np.int8 else a.dtype
@@ -146,7 +149,7 @@ def reference(
     if epilogue == NONE:
         return a.astype(acc) @ b.astype(acc)
     y = a.astype(np.float64) @ b.astype(np.float64)
-    return apply_numpy(epilogue, y, extras, channel_axis=1).astype(acc)
+    return apply_numpy(epilogue, y, extras, channel_axis=_CHANNEL_AXIS[channels] % 2).astype(acc)
 
 
 def flops(M: int, N: int, K: int, epilogue: str = NONE) -> float:
@@ -230,6 +233,7 @@ def schedule(
     trans_a: bool = False,
     trans_b: bool = False,
     epilogue: str = NONE,
+    channels: str = "cols",
 ) -> tuple[Schedule, list[Tensor]]:
     """The schedule for ``cfg`` (validate configs from outside against config_space first).
 
@@ -239,7 +243,7 @@ def schedule(
     """
     A, B, C = define(M, N, K, dtype, trans_a, trans_b)
     steps = parse_epilogue(epilogue)
-    extras, Y = output_stage(C, steps) if steps else ([], C)
+    extras, Y = output_stage(C, steps, _CHANNEL_AXIS[channels]) if steps else ([], C)
     s = te.create_schedule(Y)
     outer, nc = blocked_output(s, Y, C, cfg) if steps else ([], None)
     pack_a = operand_packing(A, trans_a, "A") if cfg["pack_a"] else None
@@ -278,12 +282,27 @@ def _register() -> None:
                 Param("trans_a", bool, False, doc="A is given as K x M (C = A.T @ B)"),
                 Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC + " (float dtypes only)"),
+                Param(
+                    "channels",
+                    str,
+                    "cols",
+                    ("cols", "rows"),
+                    doc="the axis of C an epilogue's per-channel (@c) inputs run along",
+                ),
             ),
             space=lambda a, target: config_space(
                 a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target
             ),
             schedule=lambda cfg, a, target: schedule(
-                cfg, a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], _epi(a)
+                cfg,
+                a["M"],
+                a["N"],
+                a["K"],
+                a["dtype"],
+                a["trans_a"],
+                a["trans_b"],
+                _epi(a),
+                str(a.get("channels", "cols")),
             ),
             default_config=lambda a, target: default_config(
                 a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target
@@ -305,7 +324,12 @@ def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
         trans_b=bool(args.get("trans_b", False)),
         epilogue=_epi(args),
         extras=extras,
+        channels=str(args.get("channels", "cols")),
     )
+
+
+#: The axis of C an epilogue's channel runs along.
+_CHANNEL_AXIS = {"cols": -1, "rows": -2}
 
 
 def _epi(args: Mapping[str, Any]) -> str:

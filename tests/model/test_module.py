@@ -40,6 +40,20 @@ def test_a_classifier_over_a_batch_of_one_is_dense_with_its_bias(rng):
     np.testing.assert_allclose(mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4)
 
 
+def test_a_pointwise_conv_of_one_image_is_a_matmul_with_its_epilogue_on_rows(rng):
+    model = residual_block(rng, batch=1)
+    x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    mod = tuner.compile_model(model)
+    second = mod.plans[0].specs[1]  # Conv 1x1 + Add(residual) + Relu
+    args = second.task.workload.as_dict()
+    assert second.task.op_name == "matmul"
+    assert (args["M"], args["N"], args["K"]) == (8, 49, 8)
+    assert args["channels"] == "rows" and args["epilogue"] == "add@f;relu"
+    np.testing.assert_allclose(mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4)
+    batched = tuner.compile_model(residual_block(rng, batch=2))
+    assert batched.plans[0].specs[1].task.op_name == "conv2d"  # two images: not one matmul
+
+
 def test_symbolic_batch_compiles_per_shape_on_first_sight(rng):
     model = residual_block(rng, batch="batch")
     mod = tuner.compile_model(model)

@@ -163,6 +163,8 @@ TEMPLATE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("matmul", dict(M=7, N=17, K=13, epilogue="add@c;relu")),
     ("matmul", dict(M=1, N=5, K=3, trans_a=True, trans_b=True, epilogue="add@f;clip:0.0:6.0")),
     ("matmul", dict(M=5, N=3, K=2, dtype="float64", epilogue="gelu_tanh;mulc:2.0")),
+    ("matmul", dict(M=7, N=17, K=13, channels="rows", epilogue="add@c;relu")),
+    ("matmul", dict(M=13, N=49, K=5, channels="rows", epilogue="mul@c;add@f;clip:0.0:6.0")),
     ("batch_matmul", dict(B=3, M=7, N=5, K=13, epilogue="add@f;leaky:0.1")),
     ("batch_matmul", dict(B=1, M=1, N=17, K=3, trans_b=True, epilogue="mul@c;add@s;tanh")),
 ]
@@ -178,7 +180,7 @@ def _configs(name: str, args: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.parametrize("which", [0, 1], ids=["default", "sampled"])
 @pytest.mark.parametrize(
-    "name, raw", TEMPLATE_CASES, ids=[f"{n}-{a['epilogue']}" for n, a in TEMPLATE_CASES]
+    "name, raw", TEMPLATE_CASES, ids=[f"{n}-{a['epilogue']}-{a.get('channels', '')}" for n, a in TEMPLATE_CASES]
 )
 def test_each_template_with_an_epilogue_matches_its_reference(
     name: str, raw: dict[str, Any], which: int
