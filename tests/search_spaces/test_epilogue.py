@@ -180,7 +180,9 @@ def _configs(name: str, args: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.parametrize("which", [0, 1], ids=["default", "sampled"])
 @pytest.mark.parametrize(
-    "name, raw", TEMPLATE_CASES, ids=[f"{n}-{a['epilogue']}-{a.get('channels', '')}" for n, a in TEMPLATE_CASES]
+    "name, raw",
+    TEMPLATE_CASES,
+    ids=[f"{n}-{a['epilogue']}-{a.get('channels', '')}" for n, a in TEMPLATE_CASES],
 )
 def test_each_template_with_an_epilogue_matches_its_reference(
     name: str, raw: dict[str, Any], which: int
