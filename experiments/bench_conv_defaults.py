@@ -63,6 +63,12 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     "mb2_dw_144_56": ("depthwise_conv2d", dict(C=144, H=56, W=56, R=3, S=3, pad=1)),
     "mb2_dw_96_112_s2": ("depthwise_conv2d", dict(C=96, H=112, W=112, R=3, S=3, stride=2, pad=1)),
     "mb2_dw_960_7": ("depthwise_conv2d", dict(C=960, H=7, W=7, R=3, S=3, pad=1)),
+    "mb2_dw_32_112": ("depthwise_conv2d", dict(C=32, H=112, W=112, R=3, S=3, pad=1)),
+    "mb2_dw_144_56_s2": ("depthwise_conv2d", dict(C=144, H=56, W=56, R=3, S=3, stride=2, pad=1)),
+    "mb2_dw_192_28": ("depthwise_conv2d", dict(C=192, H=28, W=28, R=3, S=3, pad=1)),
+    "mb2_dw_192_28_s2": ("depthwise_conv2d", dict(C=192, H=28, W=28, R=3, S=3, stride=2, pad=1)),
+    "mb2_dw_384_14": ("depthwise_conv2d", dict(C=384, H=14, W=14, R=3, S=3, pad=1)),
+    "mb2_dw_576_14_s2": ("depthwise_conv2d", dict(C=576, H=14, W=14, R=3, S=3, stride=2, pad=1)),
 }
 
 

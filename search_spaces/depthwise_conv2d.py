@@ -107,19 +107,37 @@ def depthwise_config_space(p: Conv2d, target: Target | None = None) -> ConfigSpa
 
 
 def depthwise_default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
-    """Whole output rows (up to 64 columns) accumulated in cache, the padded copy in parallel.
+    """Whole output rows (up to 64 columns) accumulated in cache where rows are wide and the
+    window steps by one; a register tile of 4 rows x one or two vectors elsewhere.
 
     LLVM's loop vectorizer (chosen when there is no register tile) handles rows of
     any width; measured at 128 x 56 x 56, 3 x 3, this beat register tiles of
     2 x 32 by two to four times (measured when edge tiles were still scalar loops).
+    A strided window (its loads gather every other column) or a narrow row leaves the
+    loop vectorizer little: MobileNetV2's depthwise convolutions on one thread
+    (experiments/bench_conv_defaults.py --only mb2_dw), rows against the 4 x 8
+    register tile: 96 x 112 x 112 stride 2 0.96 against 0.85 ms, 144 x 56 x 56
+    stride 2 0.58 against 0.28, 192 x 28 x 28 0.72 against 0.24, 960 x 7 x 7 0.17
+    against 0.08. A small plane is padded once before the nest (``root``), a large
+    one plane by plane just before its use, while it is in cache (``channel``).
     """
     L = resolve(target).lanes("float32")
-    owr = next(v for v in (1, 2, 4, *(L * f for f in range(1, 9))) if v >= min(p.OW, 8 * L))
+    if p.stride == 1 and p.OW >= 4 * L:
+        owr = next(v for v in (1, 2, 4, *(L * f for f in range(1, 9))) if v >= min(p.OW, 8 * L))
+        return {
+            "owr": owr,
+            "ohr": 1,
+            "registers": False,
+            "pad_at": "root" if p.pad else "none",
+            "unroll_window": False,
+            "parallel": True,
+        }
+    pad_at = ("root" if p.H * p.W <= 1024 else "channel") if p.pad else "none"
     return {
-        "owr": owr,
-        "ohr": 1,
-        "registers": False,
-        "pad_at": "root" if p.pad else "none",
+        "owr": 2 * L if L < p.OW <= 2 * L else L,
+        "ohr": max(h for h in (1, 2, 3, 4) if h <= p.OH),
+        "registers": True,
+        "pad_at": pad_at,
         "unroll_window": False,
         "parallel": True,
     }
