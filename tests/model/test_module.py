@@ -54,6 +54,29 @@ def test_a_pointwise_conv_of_one_image_is_a_matmul_with_its_epilogue_on_rows(rng
     assert batched.plans[0].specs[1].task.op_name == "conv2d"  # two images: not one matmul
 
 
+def test_a_deep_convolution_of_one_image_is_im2col_then_a_matmul(rng):
+    """16 channels in, 3 x 3, stride 2, bias and relu: the windows first, then the product."""
+    weights = {
+        "w": (rng.standard_normal((5, 16, 3, 3)) * 0.2).astype(np.float32),
+        "b": rng.standard_normal(5).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 16, 9, 11))}, {"y": ("float32", (1, 5, 5, 6))}, weights
+    )
+    mod = tuner.compile_model(model)
+    ops = [(s.task.op_name, s.ops) for s in mod.plans[0].specs]
+    assert ops == [("im2col", "Im2col"), ("matmul", "Conv+Relu")]
+    assert mod.plans[0].specs[1].task.workload.as_dict()["epilogue"] == "add@c;relu"
+    x = rng.standard_normal((1, 16, 9, 11)).astype(np.float32)
+    np.testing.assert_allclose(
+        mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5
+    )
+
+
 def test_symbolic_batch_compiles_per_shape_on_first_sight(rng):
     model = residual_block(rng, batch="batch")
     mod = tuner.compile_model(model)

@@ -27,6 +27,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
         {"M": 3, "N": 2, "K": 1500, "dtype": "int8"},
         {"M": 19, "N": 23, "K": 37, "dtype": "float64", "trans_b": True},
         {"M": 1024, "N": 1024, "K": 1024},
+        {"M": 13, "N": 49, "K": 7, "channels": "rows", "epilogue": "add@c;relu"},
     ],
     "batch_matmul": [
         {"B": 3, "M": 5, "N": 7, "K": 4, "trans_b": True},
@@ -59,6 +60,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "transpose": [{"M": 3, "N": 5}, {"M": 37, "N": 45}],
     "nchw_to_nhwc": [{"N": 1, "C": 3, "H": 4, "W": 5}],
     "pad": [{"N": 1, "C": 3, "H": 5, "W": 6, "pad_h": 1, "pad_w": 2}],
+    "im2col": [{"C": 3, "H": 5, "W": 6, "pad": 1}, {"N": 2, "C": 2, "H": 7, "W": 5, "stride": 2}],
     # a model's group with no template: here the identity on a 3 x 5 input
     "fused": [
         {
