@@ -97,6 +97,11 @@ class KnobStudy:
         self.name = study_name or ""
         self.claim_timeout = claim_timeout
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._pending: dict[str, int] = {}  # config key -> number of the trial we hold
+        self._done: set[str] = set()
+        self._beats: dict[str, tuple[Any, float]] = {}  # owner -> (heartbeat, when it changed)
+        self._heartbeat: _Heartbeat | None = None
+        self._prior: set[int] | None = None
         with self.errors():
             self.study = optuna.create_study(
                 direction="minimize",
@@ -105,13 +110,8 @@ class KnobStudy:
                 study_name=study_name,
                 load_if_exists=study_name is not None,
             )
-        self._pending: dict[str, int] = {}  # config key -> number of the trial we hold
-        self._done: set[str] = set()
-        self._beats: dict[str, tuple[Any, float]] = {}  # owner -> (heartbeat, when it changed)
-        self._heartbeat: _Heartbeat | None = None
-        self._prior: set[int] | None = None
-        self.snapshot = self.read()
-        finished = self.study.get_trials(deepcopy=False, states=_finished_states())
+            self.snapshot = self.read()
+            finished = self.study.get_trials(deepcopy=False, states=_finished_states())
         self._prior = {t.number for t in finished}  # claims open at joining count later
         self._done |= set(self.snapshot.finished)
 
