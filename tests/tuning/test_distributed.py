@@ -304,3 +304,28 @@ def test_a_bad_storage_url_is_one_line(
     assert len(err) == 1 and err[0].startswith("tuner: error: ") and message in err[0], err
     assert "secret" not in err[0]
     assert not log.exists()
+
+
+def _open_at_once(url: str, barrier: Any, out: Any) -> None:
+    from tuner.search.storage import open_storage
+
+    barrier.wait()
+    try:
+        open_storage(url)
+        out.put("ok")
+    except Exception as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_workers_opening_an_empty_database_together_do_not_race(pg_url: str) -> None:
+    """Optuna's table creation raced (UniqueViolation on studydirection): the schema lock serialises it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_open_at_once, args=(pg_url, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert sorted(out.get(timeout=5) for _ in procs) == ["ok"] * 4
