@@ -5,6 +5,7 @@
 ...     log.write(Record.make(workload, target, {"tile": [8, 16]}, samples=[1.2e-3]))
 >>> fastest = best(load("logs/matmul.jsonl"), workload, target)
 >>> df = to_dataframe("logs/")  # one row per candidate, knobs as ``knob.*`` columns
+>>> merge("tune.jsonl", ["worker-a.jsonl", "worker-b.jsonl"])  # trial numbers unique again
 
 The line format is documented in ``records.format``; it is a contract.
 """
@@ -23,12 +24,14 @@ from .log import (
     measured_configs,
     target_label,
 )
+from .merge import MergeResult, merge
 
 __all__ = [
     "FORMAT_VERSION",
     "ErrorKind",
     "LogWriter",
     "Match",
+    "MergeResult",
     "Record",
     "RecordError",
     "RecordsWarning",
@@ -39,6 +42,7 @@ __all__ = [
     "config_key",
     "load",
     "measured_configs",
+    "merge",
     "target_label",
     "to_dataframe",
 ]

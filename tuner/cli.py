@@ -7,6 +7,7 @@
     tuner build matmul M=512 N=512 K=512 --log tune.jsonl
     tuner compile model.onnx --log tune.jsonl
     tuner run model.onnx --log tune.jsonl --compare onnxruntime
+    tuner merge tune.jsonl worker-a.jsonl worker-b.jsonl
 
 Errors a user can cause end in one line and a non-zero exit, never a traceback.
 """
@@ -72,6 +73,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         target=ns.target,
         threads=ns.threads,
         storage=ns.storage,
+        claim_timeout=ns.claim_timeout,
         transfer_from=tuple(ns.transfer_from),
         measure=MeasureOptions(jobs=ns.jobs),
         retime=ns.retime,
@@ -94,6 +96,10 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     for path in ns.transfer_from:
         if not path.exists():
             raise FileNotFoundError(f"transfer log {path} does not exist")
+    if ns.storage is not None:
+        from .search.storage import open_storage
+
+        open_storage(ns.storage)  # a bad URL or a server that is not there: one line
     console = Console(stderr=True)
     title = f"{ns.op} {' '.join(ns.args)}"
     with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
@@ -270,7 +276,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--storage",
         default=None,
-        help="Optuna storage URL (e.g. sqlite:///tune.db): keeps the study of every trial, one per workload and target",
+        help="Optuna storage that keeps the study of every trial, one per task and machine: "
+        "postgresql+psycopg://USER@HOST/DB (many machines), journal:PATH (many processes on one), "
+        "sqlite:///PATH; workers given the same one share the study, its trials and the budget",
+    )
+    p.add_argument(
+        "--claim-timeout",
+        type=_positive(float),
+        default=60.0,
+        metavar="SECONDS",
+        help="with --storage: a worker silent this long has its claimed configs measured by others (default 60)",
     )
     p.add_argument(
         "--transfer-from",
@@ -305,6 +320,9 @@ def _parser() -> argparse.ArgumentParser:
     from .cli_model import add_commands
 
     add_commands(sub, _positive)
+    from .cli_merge import add_command as add_merge
+
+    add_merge(sub)
     return parser
 
 
@@ -312,9 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     try:
         return int(ns.func(ns))
-    except KeyboardInterrupt:
-        print("tuner: interrupted; the log keeps every measurement made so far", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from .measure import Terminated
+
+        why = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"tuner: {why}; the log keeps every measurement made so far", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except (ValueError, TypeError, OSError, ImportError) as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)
         return 1

@@ -2,13 +2,16 @@
 
 A :class:`Task` is what to compute (an operator template with its arguments;
 a fused subgraph of a model later) on which target, thread count included.
-Its ``key`` names the Optuna study, bounds duplicate detection (a config is
-measured once per task) and selects the records a build uses.
+Its ``key`` bounds duplicate detection (a config is measured once per task)
+and selects the records a build uses; its ``study_name`` (the key and the
+hardware fingerprint) names the Optuna study that workers share.
 
 A :class:`TaskTuner` advances one task's search by a few trials at a time
 (``step(n)``: propose, measure, record), through a measurer and a log that
 other tasks' tuners may share; ``tune()`` is a loop over one of them, and a
-task scheduler interleaves many.
+task scheduler interleaves many. Under ``--storage`` many tuners, in many
+processes, share the task's study: each claims its candidates before
+measuring them (``tuner.search.study``) and learns from the others' results.
 
 >>> task = Task.make("matmul", {"M": 512, "N": 512, "K": 512}, Target.from_name("cpu"))
 >>> task.key
@@ -34,6 +37,7 @@ from records.log import RETIME
 from .measure import Candidate, MeasureResult
 from .schedule import Schedule
 from .search import Strategy
+from .search.study import KnobStudy
 from .space import Config, ConfigError, ConfigSpace
 from .target import Target
 from .te import Tensor
@@ -48,8 +52,10 @@ class Task:
 
     The key is the workload's key and the target's kind and thread count:
     ``matmul(K=64,M=64,N=64,...)@cpu/threads=2``. It leaves out the hardware
-    fingerprint, so workers on identical machines share a study; records keep
-    their fingerprint, and a build prefers its own machine's (``records.best_match``).
+    fingerprint: records keep theirs, and a build prefers its own machine's
+    (``records.best_match``). The study name adds it, so that workers on
+    identical machines share a study and workers on other hardware never mix
+    their timings into it.
     """
 
     workload: Workload
@@ -66,6 +72,11 @@ class Task:
     @property
     def key(self) -> str:
         return f"{self.workload.key}@{self.target.kind}/threads={self.target.threads}"
+
+    @property
+    def study_name(self) -> str:
+        """``<key>#<fingerprint>``: the Optuna study of this task on this hardware."""
+        return f"{self.key}#{self.target.fingerprint}"
 
     @property
     def op_name(self) -> str:
@@ -119,7 +130,17 @@ class TaskTuner:
     of this task, and none of their configs is measured again. The
     template's default config is measured first. ``measurer`` and ``log``
     belong to the caller and may be shared with other tasks' tuners.
+
+    When the strategy's study lives in a shared storage, each step first
+    learns what other workers measured since the last one, then claims its
+    candidates (configs others finished or hold are dropped and replaced);
+    ``budget``, when set, caps the trials that all workers together spend in
+    the study from the moment this tuner joined it. ``close()`` gives back
+    the claims still held.
     """
+
+    #: Rounds of proposing again when other workers won the claims of a batch.
+    claim_rounds = 3
 
     def __init__(
         self,
@@ -140,6 +161,9 @@ class TaskTuner:
         )
         self.errors = 0
         self.exhausted = False
+        self.budget: int | None = None
+        study = strategy.study
+        self.shared: KnobStudy | None = study if study and study.shared else None
         self._next_trial = max((r.trial for r in self.prior), default=-1) + 1
         try:  # the template's default is always measured first
             self._pending = [self.space.validate(task.default_config())]
@@ -151,21 +175,65 @@ class TaskTuner:
         """Candidates measured by this tuner (this session)."""
         return len(self.written)
 
+    @property
+    def done(self) -> int:
+        """Trials measured since this tuner started: its own, and other workers' when shared.
+
+        For a shared study, as of the last read of it (each ``step`` reads it first).
+        """
+        return self.shared.snapshot.done if self.shared is not None else self.trials
+
     def step(self, n: int) -> list[Record]:
-        """Measure up to ``n`` new candidates; fewer (none) when the space runs out."""
-        batch = [c for c in self._pending if c.key not in self.measured][:n]
+        """Measure up to ``n`` new candidates; fewer (none) when the space runs out.
+
+        With a shared study, fewer (none) also when the budget is held by
+        other workers' claims; ``exhausted`` tells the two apart.
+        """
+        if self.shared is None:
+            return self._measure(self._propose(n, set()))
+        with self.shared.errors():
+            self._learn(self.shared.observations())
+            batch: list[Config] = []
+            for _ in range(self.claim_rounds):
+                room = n - len(batch)
+                if self.budget is not None:
+                    room = min(room, self.budget - self.shared.snapshot.spent)
+                if room <= 0:
+                    break
+                taken = self.shared.snapshot.taken | {c.key for c in batch}
+                wanted = self._propose(room, taken)
+                if not wanted:
+                    break
+                got = self.shared.claim(wanted, self.budget)
+                batch += got
+                if len(got) == len(wanted):
+                    break
+            return self._measure(batch)
+
+    def _propose(self, n: int, exclude: set[str]) -> list[Config]:
+        """The pending default config, then the strategy's; ``exhausted`` if none is left."""
+        batch = [c for c in self._pending if c.key not in self.measured | exclude][:n]
         self._pending = []
-        self.measured.update(c.key for c in batch)
         if n > len(batch):
-            batch += self.strategy.propose(n - len(batch), exclude=self.measured)
+            taken = self.measured | exclude | {c.key for c in batch}
+            batch += self.strategy.propose(n - len(batch), exclude=taken)
+        self.exhausted = not batch and n > 0
+        return batch
+
+    def _learn(self, observations: list[tuple[Config, float]]) -> None:
+        """Teach the strategy what other workers measured (told to their study already)."""
+        new = [(c, s) for c, s in observations if c.key not in self.measured]
+        self.measured.update(c.key for c, _ in new)
+        self.strategy.observe(new)
+
+    def _measure(self, batch: list[Config]) -> list[Record]:
         if not batch:
-            self.exhausted = True
             return []
+        self.measured.update(c.key for c in batch)
         results = self.measurer.measure([self.task.candidate(c.to_json()) for c in batch])
         records, observations = [], []
         for cfg, res in zip(batch, results, strict=True):
             rec = self._record(cfg, res, self.strategy.name, self.strategy.predicted(cfg))
-            self.measured.add(cfg.key)
             observations.append((cfg, rec.median))
             self.errors += res.error_kind != ErrorKind.OK
             if rec.ok and (self.best is None or rec.median < self.best.median):
@@ -173,6 +241,11 @@ class TaskTuner:
             records.append(rec)
         self.strategy.observe(observations)
         return records
+
+    def close(self) -> None:
+        """Give back the claims still held in a shared study (others measure them at once)."""
+        if self.shared is not None:
+            self.shared.close()
 
     def retime(self, k: int) -> list[Record]:
         """Measure the ``k`` fastest configs once more, logged as strategy "retime".

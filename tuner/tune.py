@@ -21,6 +21,8 @@ from records import LogWriter, Record, load
 
 from .measure import MeasureOptions, Measurer, ReplayMeasurer
 from .search import Strategy, get_strategy
+from .search.storage import StorageError
+from .search.study import CLAIM_TIMEOUT
 from .space import Config, ConfigError, ConfigSpace
 from .target import Target
 from .task import Task, TaskTuner
@@ -42,7 +44,11 @@ class TuneOptions:
     early_stopping: int | None = None  # stop after this many trials without improvement
     target: str = "cpu"
     threads: int | None = None
-    storage: str | None = None  # an Optuna storage URL, holding the study of every trial
+    #: An Optuna storage (``postgresql+psycopg://...``, ``journal:PATH``, ``sqlite:///PATH``)
+    #: holding the task's study; workers given the same one share the study and the budget.
+    storage: str | None = None
+    #: Seconds a dead worker's claims are held before others measure those configs.
+    claim_timeout: float = CLAIM_TIMEOUT
     transfer_from: tuple[Path, ...] = ()  # logs whose other workloads warm-start the cost model
     measure: MeasureOptions = field(default_factory=MeasureOptions)
     #: At the end, measure this many of the fastest configs once more; the best
@@ -51,6 +57,10 @@ class TuneOptions:
     #: At the end, time the operator's NumPy reference in the same runner, to
     #: show the best beside it.
     baseline: bool = True
+
+
+#: Seconds between looks at the study while other workers hold the rest of the budget.
+_WAIT = 0.5
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,13 @@ def tune(
     re-timed and the NumPy reference is timed beside them. With ``replay``,
     candidates are answered from recorded measurements and the space is
     limited to the recorded configs (for comparing strategies).
+
+    With ``options.storage``, every worker given it joins the task's study:
+    the trial budget counts what all of them measure from the moment this
+    one joins, no config is measured twice, and a worker that finds the
+    rest of the budget claimed by others waits until those claims are
+    measured or released. A storage that goes away raises ``StorageError``;
+    the log keeps what was measured.
     """
     from search_spaces import canonical_records
 
@@ -111,28 +128,38 @@ def tune(
     runner = replay or Measurer(opts.measure, threads=target.threads)
     with runner as measurer, LogWriter(opts.log) as log:
         tuner = TaskTuner(task, strategy, measurer, log, canonical_records(logged), space)
+        tuner.budget = opts.trials
         best, errors, since_best = tuner.best, 0, 0
-        while tuner.trials < opts.trials:
-            if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
-                stopped = "time limit reached"
-                break
-            if opts.early_stopping is not None and since_best >= opts.early_stopping:
-                stopped = f"no improvement in {opts.early_stopping} trials"
-                break
-            records = tuner.step(min(opts.batch, opts.trials - tuner.trials))
-            if not records:
-                stopped = "search space exhausted"
-                break
-            for rec in records:
-                errors += not rec.ok
-                if rec.ok and (best is None or rec.median < best.median):
-                    best, since_best = rec, 0
-                else:
-                    since_best += 1
-                if progress is not None:
-                    elapsed = time.monotonic() - start
-                    done = tuner.trials - len(records) + records.index(rec) + 1
-                    progress(TuneProgress(done, opts.trials, rec, best, errors, elapsed))
+        try:
+            while tuner.done < opts.trials:
+                if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
+                    stopped = "time limit reached"
+                    break
+                if opts.early_stopping is not None and since_best >= opts.early_stopping:
+                    stopped = f"no improvement in {opts.early_stopping} trials"
+                    break
+                records = tuner.step(min(opts.batch, opts.trials - tuner.done))
+                if not records:
+                    if tuner.exhausted:
+                        stopped = "search space exhausted"
+                        break
+                    time.sleep(_WAIT)  # the rest of the budget is claimed by other workers
+                    continue
+                # done counts the batch once told (own) or as of the claims (shared)
+                first = tuner.done + 1 - (len(records) if tuner.shared is None else 0)
+                for i, rec in enumerate(records):
+                    errors += not rec.ok
+                    if rec.ok and (best is None or rec.median < best.median):
+                        best, since_best = rec, 0
+                    else:
+                        since_best += 1
+                    if progress is not None:
+                        elapsed = time.monotonic() - start
+                        progress(TuneProgress(first + i, opts.trials, rec, best, errors, elapsed))
+        except StorageError as exc:
+            raise StorageError(f"{exc}; {opts.log} keeps every measurement made") from None
+        finally:
+            tuner.close()
         measured = tuner.trials
         if replay is None and opts.retime > 0 and measured > 0:
             tuner.retime(opts.retime)
@@ -156,14 +183,19 @@ def tune(
 def task_strategy(task: Task, space: ConfigSpace, opts: TuneOptions) -> Strategy:
     """The search strategy ``opts`` names for ``task``, over ``space``.
 
-    Its trials live in the Optuna study named by the task's key (when
-    ``opts.storage`` is given), whichever strategy runs it; the cost model
+    Its trials live in the Optuna study named by the task's key and the
+    hardware's fingerprint (when ``opts.storage`` is given), whichever
+    strategy runs it; the cost model
     sees knob encodings and loop-nest features, warm-started from
     ``opts.transfer_from``.
     """
-    extra: dict[str, Any] = (
-        {"storage": opts.storage, "study_name": task.key} if opts.storage else {}
-    )
+    extra: dict[str, Any] = {}
+    if opts.storage:
+        extra = {
+            "storage": opts.storage,
+            "study_name": task.study_name,
+            "claim_timeout": opts.claim_timeout,
+        }
     featurize = _featurizer(task.operator, task.args, space, task.target)
     if opts.transfer_from:
         extra["transfer"] = transfer_data(

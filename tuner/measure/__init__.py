@@ -11,8 +11,16 @@ its output against the NumPy reference once and times it.
 ...     results = m.measure([Candidate("matmul", args, cfg, target)])
 """
 
+from ._signals import Terminated
 from ._types import Candidate, MeasureOptions, MeasureResult
 from .measurer import Measurer
 from .replay import ReplayMeasurer
 
-__all__ = ["Candidate", "MeasureOptions", "MeasureResult", "Measurer", "ReplayMeasurer"]
+__all__ = [
+    "Candidate",
+    "MeasureOptions",
+    "MeasureResult",
+    "Measurer",
+    "ReplayMeasurer",
+    "Terminated",
+]

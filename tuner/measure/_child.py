@@ -11,6 +11,7 @@ from typing import Any
 
 from records import ErrorKind
 
+from ._signals import exit_with_parent
 from ._types import Candidate, MeasureOptions
 
 
@@ -19,8 +20,13 @@ def _short(exc: BaseException) -> str:
     return text[0][:500] if text else type(exc).__name__
 
 
-def init_build_worker(plugins: tuple[str, ...] = ()) -> None:
-    """Builds run side by side: one Numba thread each, or they oversubscribe the cores."""
+def init_build_worker(plugins: tuple[str, ...] = (), parent: int | None = None) -> None:
+    """Builds run side by side: one Numba thread each, or they oversubscribe the cores.
+
+    A worker exits when the tuner that started it (``parent``) is gone.
+    """
+    if parent is not None:
+        exit_with_parent(parent)
     os.environ["NUMBA_NUM_THREADS"] = "1"
     _import_plugins(plugins)
 
@@ -136,8 +142,12 @@ def run_baseline(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> di
     return {"kind": ErrorKind.OK.value, "samples": samples}
 
 
-def runner_main(conn: Connection, threads: int, plugins: tuple[str, ...] = ()) -> None:
-    """The runner loop: one candidate at a time, until the pipe closes."""
+def runner_main(
+    conn: Connection, threads: int, plugins: tuple[str, ...] = (), parent: int | None = None
+) -> None:
+    """The runner loop: one candidate at a time, until the pipe closes or the tuner is gone."""
+    if parent is not None:
+        exit_with_parent(parent)
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     _import_plugins(plugins)

@@ -17,6 +17,7 @@ from typing import Any
 from records import ErrorKind
 
 from ._child import build_candidate, init_build_worker, runner_main
+from ._signals import sigterm_as_interrupt
 from ._types import Candidate, MeasureOptions, MeasureResult
 
 _CTX = multiprocessing.get_context("spawn")
@@ -40,7 +41,9 @@ class _Runner:
     def _start(self) -> None:
         parent, child = _CTX.Pipe()
         self.proc = _CTX.Process(
-            target=runner_main, args=(child, self.threads, self.plugins), daemon=True
+            target=runner_main,
+            args=(child, self.threads, self.plugins, os.getpid()),
+            daemon=True,
         )
         # BLAS reads its thread count when NumPy loads, which the runner does on
         # import: give it the target's count, so that the NumPy baseline runs on
@@ -129,12 +132,18 @@ def _shares(samples: int, passes: int) -> list[int]:
 
 
 class Measurer:
-    """Builds candidates in parallel, then runs them one at a time."""
+    """Builds candidates in parallel, then runs them one at a time.
+
+    Used as a context manager, it handles SIGTERM as Ctrl-C (``Terminated``
+    is raised, and its processes are stopped on the way out); its processes
+    exit by themselves if the tuner is killed outright.
+    """
 
     def __init__(self, options: MeasureOptions | None = None, threads: int = 1):
         self.options = options or MeasureOptions()
         self._runner = _Runner(threads, self.options.plugins)
         self._pool: ProcessPoolExecutor | None = None
+        self._signals = contextlib.ExitStack()
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -142,7 +151,7 @@ class Measurer:
                 max_workers=self.options.jobs,
                 mp_context=_CTX,
                 initializer=init_build_worker,
-                initargs=(self.options.plugins,),
+                initargs=(self.options.plugins, os.getpid()),
             )
         return self._pool
 
@@ -243,9 +252,13 @@ class Measurer:
         self._drop_pool()
 
     def __enter__(self) -> Measurer:
+        self._signals.enter_context(sigterm_as_interrupt())
         return self
 
     def __exit__(
         self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
     ) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._signals.close()

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..space import Config, ConfigSpace
+
+if TYPE_CHECKING:
+    from .study import KnobStudy
 
 __all__ = [
     "Observation",
@@ -41,9 +44,14 @@ class Strategy(ABC):
     configs whose keys are not in ``exclude`` (fewer only when the space is
     exhausted); ``observe`` accepts any configs of the space, in any order,
     including ones it never proposed.
+
+    ``study``: the Optuna study of its trials, when it keeps one (every
+    sampler does; every strategy does under ``--storage``, where the study is
+    shared with other workers and holds their claims). ``observe`` tells it.
     """
 
     name = ""
+    study: KnobStudy | None = None
 
     def __init__(self, space: ConfigSpace, seed: int = 0, **options: Any):
         self.space = space
@@ -56,6 +64,9 @@ class Strategy(ABC):
 
     def observe(self, observations: Sequence[Observation]) -> None:
         self.history.extend(observations)
+        if self.study is not None:
+            for cfg, seconds in observations:
+                self.study.tell(cfg, seconds)
 
     def predicted(self, config: Config) -> float | None:
         """The strategy's score for ``config`` when it has a model (for the log)."""

@@ -5,9 +5,8 @@ of the best measured so far), evolved for a few rounds on the model's
 predictions; the best-predicted are proposed, with a share of random pool
 members kept for exploration. The model refits on every observation. With ``transfer`` (records of other
 workloads, ``--transfer-from``) it is fitted before the first batch, each
-workload a ranking group of its own. Proposals are enqueued trials of an
-Optuna study (``KnobStudy``), so ``--storage`` keeps them as it does for the
-Optuna samplers.
+workload a ranking group of its own. Its trials live in an Optuna study
+(``KnobStudy``), so ``--storage`` keeps them as it does for the Optuna samplers.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 from .base import Observation, Strategy, register_strategy
+from .study import CLAIM_TIMEOUT, KnobStudy
 
 #: Features of one config (knob encoding, loop-nest features of its lowering, ...).
 Featurizer = Callable[[Config], np.ndarray]
@@ -40,6 +40,7 @@ class ModelBasedSearch(Strategy):
         min_observations: int = 8,
         storage: str | None = None,
         study_name: str | None = None,
+        claim_timeout: float = CLAIM_TIMEOUT,
         transfer: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         **options: Any,
     ):
@@ -48,10 +49,10 @@ class ModelBasedSearch(Strategy):
 
         from cost_models import get_cost_model
 
-        from .builtin import KnobStudy
-
-        #: Every proposal is an enqueued trial of this study (its sampler is never asked).
-        self.study = KnobStudy(space, optuna.samplers.RandomSampler(seed=seed), storage, study_name)
+        #: Proposals become its trials when claimed or told (its sampler is never asked).
+        self.study: KnobStudy = KnobStudy(
+            space, optuna.samplers.RandomSampler(seed=seed), storage, study_name, claim_timeout
+        )
         self.name = model
         self.model = get_cost_model(model, seed=seed)
         self.featurize = features or space.encode
@@ -73,8 +74,6 @@ class ModelBasedSearch(Strategy):
 
     def observe(self, observations: Sequence[Observation]) -> None:
         super().observe(observations)
-        for cfg, seconds in observations:
-            self.study.tell(cfg, seconds)
         if len(self.history) >= self.min_observations or self.transfer is not None:
             self._fit()
 
@@ -100,12 +99,6 @@ class ModelBasedSearch(Strategy):
         return self._scores.get(config.key)
 
     def propose(self, n: int, exclude: set[str]) -> list[Config]:
-        chosen = self._choose(n, exclude)
-        for cfg in chosen:
-            self.study.enqueue(cfg)
-        return chosen
-
-    def _choose(self, n: int, exclude: set[str]) -> list[Config]:
         if n <= 0:
             return []
         if not self.model.is_fitted:

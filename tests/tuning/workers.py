@@ -1,0 +1,62 @@
+"""Tuner processes for the tests that start, stop and kill them: ``tuner tune`` as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: A workload whose candidates build in a second or two, with a space of thousands.
+WORKLOAD = ["matmul", "M=32", "N=32", "K=32"]
+
+
+def start_worker(log: Path, *flags: str, workload: list[str] = WORKLOAD) -> subprocess.Popen[str]:
+    """``tuner tune`` in its own process, quick settings, stderr captured."""
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    argv = [sys.executable, "-m", "tuner", "tune", *workload, "--log", str(log)]
+    argv += ["--jobs", "1", "--retime", "0", "--no-baseline", *flags]
+    return subprocess.Popen(
+        argv, cwd=log.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
