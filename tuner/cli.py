@@ -7,6 +7,7 @@
     tuner build matmul M=512 N=512 K=512 --log tune.jsonl
     tuner compile model.onnx --log tune.jsonl
     tuner run model.onnx --log tune.jsonl --compare onnxruntime
+    tuner tune-model model.onnx --trials 2000 --log tune.jsonl
 
 Errors a user can cause end in one line and a non-zero exit, never a traceback.
 """
@@ -305,6 +306,9 @@ def _parser() -> argparse.ArgumentParser:
     from .cli_model import add_commands
 
     add_commands(sub, _positive)
+    from .cli_tune_model import add_command as add_tune_model
+
+    add_tune_model(sub, _positive, _count)
     return parser
 
 
