@@ -7,6 +7,7 @@
     tuner build matmul M=512 N=512 K=512 --log tune.jsonl
     tuner compile model.onnx --log tune.jsonl
     tuner run model.onnx --log tune.jsonl --compare onnxruntime
+    tuner tune-model model.onnx --trials 2000 --log tune.jsonl
     tuner merge tune.jsonl worker-a.jsonl worker-b.jsonl
 
 Errors a user can cause end in one line and a non-zero exit, never a traceback.
@@ -323,6 +324,9 @@ def _parser() -> argparse.ArgumentParser:
     from .cli_merge import add_command as add_merge
 
     add_merge(sub)
+    from .cli_tune_model import add_command as add_tune_model
+
+    add_tune_model(sub, _positive, _count)
     return parser
 
 

@@ -1,0 +1,227 @@
+"""tune_model and ``tuner tune-model``: one budget over a model's tasks, resumable, one shared model."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from cost_models import LOOP_FEATURE_NAMES  # noqa: E402
+from records import ErrorKind, LogWriter, config_key, load  # noqa: E402
+from tests.models import builders  # noqa: E402
+from tuner.cli import main  # noqa: E402
+from tuner.measure import Candidate, MeasureResult  # noqa: E402
+from tuner.search import get_strategy  # noqa: E402
+from tuner.shared_model import SharedCostModel, share_cost_model  # noqa: E402
+from tuner.target import Target  # noqa: E402
+from tuner.task import TaskTuner  # noqa: E402
+from tuner.tune import TuneOptions  # noqa: E402
+from tuner.tune_model import model_tasks, trials_in_log, tune_model  # noqa: E402
+
+ONE = Target.from_name("cpu", num_threads=1)
+
+
+def seconds_of(c: Candidate) -> float:
+    """A made-up, repeatable time per config: what a simulation needs, nothing timed."""
+    text = json.dumps(c.config, sort_keys=True) + json.dumps(c.args, sort_keys=True, default=str)
+    return 1e-5 * (1 + zlib.crc32(text.encode()) % 97)
+
+
+class Simulated:
+    """Answers every candidate from ``seconds_of``; after ``stop_after`` of them, Ctrl-C."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.seen: list[Candidate] = []
+        self.stop_after = stop_after
+
+    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+        if self.stop_after is not None and len(self.seen) + len(candidates) > self.stop_after:
+            raise KeyboardInterrupt
+        self.seen += candidates
+        return [MeasureResult(ErrorKind.OK, samples=(seconds_of(c),)) for c in candidates]
+
+    def __enter__(self) -> Simulated:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        pass
+
+
+@pytest.fixture
+def mlp(tmp_path: Path) -> Path:
+    """Gemm -> Gelu -> Gemm: two dense tasks."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(builders.mlp(), path)
+    return path
+
+
+def opts(log: Path, trials: int, **kw: object) -> TuneOptions:
+    kw.setdefault("strategy", "random")
+    kw.setdefault("retime", 0)
+    return TuneOptions(trials=trials, log=log, batch=4, threads=1, **kw)  # type: ignore[arg-type]
+
+
+def test_a_models_tasks_are_its_distinct_kernels_weighted_by_how_often_they_run(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "block.onnx"
+    onnx.save(builders.basic_block(), path)
+    tasks = model_tasks(path, ONE)
+    assert len({t.task.key for t in tasks}) == len(tasks)
+    assert all(t.weight >= 1 and t.task.target == ONE for t in tasks)
+    symbolic = tmp_path / "sym.onnx"
+    onnx.save(builders.symbolic_batch(), symbolic)
+    with pytest.raises(ValueError, match="symbolic dimensions: give them with --shape"):
+        model_tasks(symbolic, ONE)
+    assert model_tasks(symbolic, ONE, shapes={"x": (3, 16)})
+
+
+def test_one_budget_over_every_task_one_measurer_one_log_and_a_table(
+    mlp: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tune.jsonl"
+    measurer = Simulated()
+    seen = []
+    result = tune_model(mlp, opts(log, 20), measurer=measurer, progress=seen.append)
+    records = load(log)
+    assert len(records) == len(measurer.seen) == result.measured == 20
+    assert [p.trials for p in seen] == list(range(1, 21))
+    assert {p.task_index for p in seen} == {0, 1}, "both tasks tuned, through the one measurer"
+    assert result.stopped_because == "trial budget reached"
+    tasks = model_tasks(mlp, ONE)
+    for row, mt in zip(result.tasks, tasks, strict=True):
+        mine = [r for r in records if mt.task.measures(r)]
+        assert row.trials == row.measured == len(mine)
+        assert config_key(mine[0].config) == mt.task.space.validate(mt.task.default_config()).key
+        assert row.default_seconds == mine[0].median, "the first trial is the default schedule"
+        assert row.best_seconds == min(r.median for r in mine)
+    assert result.latency is not None and result.default_latency is not None
+    assert result.latency <= result.default_latency
+    assert sum(result.share(r) or 0.0 for r in result.tasks) == pytest.approx(1.0)
+    last = seen[-1]
+    assert last.latency == pytest.approx(result.latency)
+    assert last.start_latency == pytest.approx(result.default_latency)
+
+
+def test_resume_after_ctrl_c_measures_nothing_twice_and_finishes_the_budget(
+    mlp: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tune.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        tune_model(mlp, opts(log, 30), measurer=Simulated(stop_after=13))
+    before = load(log)
+    assert len(before) == 12, "every batch measured before Ctrl-C is in the log"
+    tasks = model_tasks(mlp, ONE)
+    assert trials_in_log(tasks, log) == 12
+    second = Simulated()
+    result = tune_model(mlp, opts(log, 30), measurer=second)
+    assert result.resumed == 12 and result.measured == 18 == len(second.seen)
+    records = load(log)
+    pairs = Counter((r.workload.key, config_key(r.config)) for r in records)
+    assert len(records) == 30 and max(pairs.values()) == 1, "no config measured twice"
+    for mt in tasks:  # each task's search continued: trial numbers go on from the log's
+        trials = sorted(r.trial for r in records if mt.task.measures(r))
+        assert trials == list(range(len(trials)))
+    again = tune_model(mlp, opts(log, 30), measurer=Simulated())
+    assert again.measured == 0 and "spent before" in again.stopped_because
+
+
+def test_the_retimed_leaders_do_not_count_against_the_budget(mlp: Path, tmp_path: Path) -> None:
+    log = tmp_path / "tune.jsonl"
+    result = tune_model(mlp, opts(log, 16, retime=2), measurer=Simulated())
+    records = load(log)
+    assert sum(r.strategy == "retime" for r in records) == 4
+    assert trials_in_log(model_tasks(mlp, ONE), log) == result.measured == 16
+
+
+def test_a_task_with_no_measurement_of_its_own_starts_ranked_by_the_shared_model(
+    mlp: Path, tmp_path: Path
+) -> None:
+    first, second = (t.task for t in model_tasks(mlp, ONE))
+    shared = SharedCostModel("xgb", seed=0)
+    small = {"pool": 12, "rounds": 1, "min_observations": 4}
+    strategies = [get_strategy("xgb", t.space, seed=0, **small) for t in (first, second)]
+    for i, (task, strategy) in enumerate(zip((first, second), strategies, strict=True)):
+        assert share_cost_model(strategy, shared, i, task)
+    assert not share_cost_model(get_strategy("random", first.space), shared, 0, first)
+    with LogWriter(tmp_path / "t.jsonl") as log:
+        tuner = TaskTuner(first, strategies[0], Simulated(), log)
+        tuner.step(8)
+        assert shared.fits == 0, "training waits until a task asks for a prediction"
+        assert strategies[1].model.is_fitted, "the second task has observed nothing yet"
+        assert shared.fits == 1
+        picks = TaskTuner(second, strategies[1], Simulated(), log).step(4)
+    assert len(picks) == 4 and all(r.predicted is not None for r in picks[1:])
+    rng = np.random.default_rng(0)
+    for task, strategy in zip((first, second), strategies, strict=True):
+        features = strategy.featurize(task.space.sample(rng))
+        assert features.shape == (len(LOOP_FEATURE_NAMES),), "loop-nest features only"
+
+
+def test_the_command_tunes_a_model_and_prints_the_table(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.tune_model
+
+    monkeypatch.setattr(tuner.tune_model, "Measurer", lambda *a, **kw: Simulated())
+    monkeypatch.setenv("COLUMNS", "200")  # a table as wide as it wants
+    log = tmp_path / "tune.jsonl"
+    argv = ["tune-model", str(mlp), "--trials", "12", "--log", str(log), "--threads", "1"]
+    assert main([*argv, "--strategy", "random", "--batch", "4", "--retime", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "2 tasks over 2 kernels" in err and "12 trials measured this run" in err
+    assert "estimated model latency" in err and "default ms" in err
+    assert len(load(log)) == 12
+
+
+def test_ctrl_c_in_the_command_keeps_the_log(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.tune_model
+
+    monkeypatch.setattr(tuner.tune_model, "Measurer", lambda *a, **kw: Simulated(stop_after=9))
+    log = tmp_path / "tune.jsonl"
+    argv = ["tune-model", str(mlp), "--trials", "40", "--log", str(log), "--strategy", "random"]
+    assert main([*argv, "--batch", "4", "--threads", "1"]) == 130
+    assert "the log keeps every measurement" in capsys.readouterr().err
+    assert len(load(log)) == 8
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--scheduler", "fifo"], "unknown scheduler 'fifo'"),
+        (["--strategy", "nope"], "unknown strategy 'nope'"),
+        (["--shape", "x=0"], "--shape takes NAME=D1,D2,..."),
+    ],
+)
+def test_bad_input_gives_one_line_and_a_non_zero_exit(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["tune-model", str(mlp), "--log", str(tmp_path / "t.jsonl"), *extra]) == 1
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert main(["tune-model", str(tmp_path / "missing.onnx")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_command_end_to_end_with_real_measurements(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "tune.jsonl"
+    argv = ["tune-model", str(mlp), "--trials", "4", "--log", str(log), "--threads", "1"]
+    assert main([*argv, "--strategy", "random", "--batch", "2", "--jobs", "1"]) == 0
+    records = load(log)
+    assert len([r for r in records if r.strategy != "retime"]) == 4
+    assert all(r.ok for r in records), [r.error_msg for r in records if not r.ok]
+    assert "estimated model latency" in " ".join(capsys.readouterr().err.split())
