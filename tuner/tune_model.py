@@ -198,13 +198,14 @@ def tune_model(
         if measurer is not None
         else Measurer(opts.measure, threads=target.threads)
     )
-    with runner as meter, LogWriter(opts.log) as log:
+    with runner as meter, LogWriter(opts.log) as log, contextlib.ExitStack() as claims:
         tuners = []
         for i, (mt, prior) in enumerate(zip(mtasks, priors, strict=True)):
             strategy = task_strategy(mt.task, mt.task.space, opts)
             if shared is not None:
                 share_cost_model(strategy, shared, i, mt.task)
             tuners.append(TaskTuner(mt.task, strategy, meter, log, prior))
+            claims.callback(tuners[-1].close)  # a shared study's claims go back at any exit
         if resumed >= opts.trials:
             stopped = f"the budget of {opts.trials} trials was spent before (in the log)"
         while sched.total_trials < opts.trials:
