@@ -377,7 +377,7 @@ def output_stage(
 
 
 def blocked_output(
-    s: Schedule, Y: Tensor, C: Tensor, cfg: Mapping[str, Any]
+    s: Schedule, Y: Tensor, C: Tensor, cfg: Mapping[str, Any], panel: bool = False
 ) -> tuple[list[AxisRef], int]:
     """Compute ``C`` block by block inside the epilogue ``Y``'s loops, while it is in cache.
 
@@ -394,9 +394,13 @@ def blocked_output(
                 for jv in NR:                 # vectorized
                   Y = epilogue(C)
 
-    Returns ``Y``'s outer loops (a batch, then ``jo``) and the block's width,
-    ``min(NC, N)``: the ``nc`` to pass to :func:`register_blocked`, so that a
-    matrix narrower than NC runs no empty column panels.
+    With ``panel`` the piece is an ``MC x NR`` panel at ``jb`` instead, read
+    back from L1 (dense's ``epilogue_at="panel"``); B's panel is then packed
+    once per row block.
+
+    Returns ``Y``'s outer loops (a batch, then ``jo``) and the piece's width,
+    ``min(NC, N)`` or NR: the ``nc`` to pass to :func:`register_blocked`, so
+    that a matrix narrower than NC runs no empty column panels.
     """
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
     mc, nc = mr * int(cfg["mc_tiles"]), nr * int(cfg["nc_tiles"])
@@ -404,7 +408,11 @@ def blocked_output(
     jo, ji = s[Y].split(j, factor=nc)
     jb, jv = s[Y].split(ji, factor=nr)
     io, ii = s[Y].split(i, factor=mc)
-    s[Y].reorder(*outer, jo, io, ii, jb, jv)
+    if panel:
+        ib, ir = s[Y].split(ii, factor=mr)
+        s[Y].reorder(*outer, jo, io, jb, ib, ir, jv)
+    else:
+        s[Y].reorder(*outer, jo, io, ii, jb, jv)
     s[Y].vectorize(jv)
-    s[C].compute_at(s[Y], io)
-    return [*outer, jo], min(nc, Y.shape_ints[-1])
+    s[C].compute_at(s[Y], jb if panel else io)
+    return [*outer, jo], nr if panel else min(nc, Y.shape_ints[-1])

@@ -168,6 +168,7 @@ def config_space(
     trans_a: bool = False,
     trans_b: bool = False,
     target: Target | None = None,
+    epilogue: str = NONE,
 ) -> ConfigSpace:
     """The knobs of the GotoBLAS nest on ``target`` (the host CPU when None).
 
@@ -189,6 +190,10 @@ def config_space(
     the nest, split among the threads. At 1024^3 with k_unroll 4, 41 rounds
     against NumPy: 1.08 against 1.03 on two threads, 1.05 against 0.97 on one.
     The 200-trial tune of the benchmark suite chose "once".
+
+    With an epilogue, ``epilogue_at`` computes the product an ``MC x NC`` block
+    ("block") or an ``MC x NR`` panel ("panel") at a time before the epilogue
+    reads it back (see :func:`search_spaces._gemm.blocked_output`).
     """
     sp = ConfigSpace()
     define_gemm_knobs(sp, M, N, K, resolve(target), dtype)
@@ -196,6 +201,8 @@ def config_space(
     sp.define_knob("parallel", [True, False])
     sp.define_knob("pack_a", [True, False], absent=None if trans_a else False)
     sp.define_knob("pack_a_at", ["block", "once"], absent="block")
+    if epilogue != NONE:
+        sp.define_knob("epilogue_at", ["block", "panel"], absent="block")
     sp.add_constraint(
         lambda c: c["pack_a"] or c["pack_a_at"] == "block",
         "pack_a_at only matters when A is packed",
@@ -214,14 +221,23 @@ def default_config(
     trans_a: bool = False,
     dtype: str = "float32",
     target: Target | None = None,
+    epilogue: str = NONE,
 ) -> dict[str, Any]:
     """A decent schedule without tuning (12-accumulator tile, KC <= 512, B packed, parallel).
 
     A transposed A is packed too: its MR values per k are adjacent, but one k
-    to the next is a stride of M, a cache line per k otherwise.
+    to the next is a stride of M, a cache line per k otherwise. An epilogue
+    reads panels back where one row block holds every row (B's panels are
+    then packed once anyway), blocks otherwise: on two threads, bias and clip
+    on the rows, 96 x 12544 x 16 took 0.43 ms by panels against 0.76 by
+    blocks (0.48 without the epilogue), 1280 x 49 x 320 0.43 against 0.40.
     """
     cfg = {**gemm_default(M, N, K, target, dtype), "pack_b": True, "parallel": True}
-    return {**cfg, "pack_a": trans_a}
+    cfg["pack_a"] = trans_a
+    if epilogue != NONE:
+        rows_per_block = int(cfg["mr"]) * int(cfg["mc_tiles"])
+        cfg["epilogue_at"] = "panel" if rows_per_block >= M else "block"
+    return cfg
 
 
 def schedule(
@@ -245,7 +261,8 @@ def schedule(
     steps = parse_epilogue(epilogue)
     extras, Y = output_stage(C, steps, _CHANNEL_AXIS[channels]) if steps else ([], C)
     s = te.create_schedule(Y)
-    outer, nc = blocked_output(s, Y, C, cfg) if steps else ([], None)
+    panel = cfg.get("epilogue_at", "block") == "panel"
+    outer, nc = blocked_output(s, Y, C, cfg, panel) if steps else ([], None)
     pack_a = operand_packing(A, trans_a, "A") if cfg["pack_a"] else None
     once = cfg.get("pack_a_at", "block") == "once"
     loops = register_blocked(
@@ -291,7 +308,7 @@ def _register() -> None:
                 ),
             ),
             space=lambda a, target: config_space(
-                a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target
+                a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target, _epi(a)
             ),
             schedule=lambda cfg, a, target: schedule(
                 cfg,
@@ -305,7 +322,7 @@ def _register() -> None:
                 str(a.get("channels", "cols")),
             ),
             default_config=lambda a, target: default_config(
-                a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target
+                a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target, _epi(a)
             ),
             reference=_registry_reference,
             flops=lambda a: flops(a["M"], a["N"], a["K"], _epi(a)),

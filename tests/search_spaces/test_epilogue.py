@@ -165,6 +165,7 @@ TEMPLATE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("matmul", dict(M=5, N=3, K=2, dtype="float64", epilogue="gelu_tanh;mulc:2.0")),
     ("matmul", dict(M=7, N=17, K=13, channels="rows", epilogue="add@c;relu")),
     ("matmul", dict(M=13, N=49, K=5, channels="rows", epilogue="mul@c;add@f;clip:0.0:6.0")),
+    ("matmul", dict(M=101, N=9, K=5, channels="rows", epilogue="add@c")),  # blocks by default
     ("batch_matmul", dict(B=3, M=7, N=5, K=13, epilogue="add@f;leaky:0.1")),
     ("batch_matmul", dict(B=1, M=1, N=17, K=3, trans_b=True, epilogue="mul@c;add@s;tanh")),
 ]
@@ -226,7 +227,9 @@ def test_an_epilogue_adds_one_flop_per_output_per_step_and_keeps_the_plain_space
     a = mm.parse_args(dict(M=3, N=4, K=5))
     b = mm.parse_args(dict(M=3, N=4, K=5, epilogue="gelu"))
     assert mm.flops(b) == mm.flops(a) + 12
-    assert mm.space(a, AVX2).version == mm.space(b, AVX2).version
+    # matmul's epilogue adds one knob, where the product is read back from (absent: block)
+    extra = set(mm.space(b, AVX2).knobs) - set(mm.space(a, AVX2).knobs)
+    assert extra == {"epilogue_at"} and set(mm.space(a, AVX2).knobs) < set(mm.space(b, AVX2).knobs)
 
 
 def test_records_written_before_the_argument_name_the_plain_workload() -> None:
