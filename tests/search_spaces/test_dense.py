@@ -90,6 +90,32 @@ def test_vectors_along_the_batch_match_numpy(  # type: ignore[no-untyped-def]
     check(_along_batch(m, k, n, bias, activation, **knobs), m, k, n, bias, activation)
 
 
+@pytest.mark.parametrize(
+    "m, k, n, bias, activation, mr, nr",
+    [
+        (1, 1280, 1000, True, "none", 4, 8),  # MobileNetV2's classifier
+        (1, 37, 5, True, "relu", 4, 8),  # K % lanes != 0, fewer features than MR
+        (3, 64, 7, False, "gelu", 6, 16),  # a small batch, MR does not divide N
+        (2, 8, 1, True, "tanh", 1, 8),  # one feature, K one vector
+    ],
+)
+def test_vectors_along_k_match_numpy(  # type: ignore[no-untyped-def]
+    m: int, k: int, n: int, bias: bool, activation: str, mr: int, nr: int
+) -> None:
+    space = dense.config_space(m, k, n, bias, activation, target=AVX2)
+    along_k = dense.default_config(m, k, n, bias, activation, vectors="k", target=AVX2)
+    cfg = space.validate({**along_k, "mr": mr, "nr": nr})
+    check(cfg, m, k, n, bias, activation)
+
+
+def test_a_batch_of_one_defaults_to_vectors_along_k_and_reads_w_in_place() -> None:
+    cfg = default(1, 2048, 1000, True, "none")
+    assert cfg["vectors"] == "k"
+    s, tensors = dense.schedule(cfg, 1, 2048, 1000, True, "none")
+    assert "W_global" not in str(tuner.lower(s, tensors))  # no packed copy of the weight
+    assert default(9, 2048, 1000, True, "none")["vectors"] != "k"
+
+
 def test_vectors_along_the_batch_pack_x_not_w() -> None:
     """Cheap (no compile): X is packed once, before the parallel loop; W is read in place."""
     m, k, n = 128, 768, 3072
@@ -161,15 +187,16 @@ def test_default_config_is_valid_for_any_shape(
 
 
 def test_default_runs_vectors_along_a_large_batch() -> None:
-    """At the suite's shape: vectors along the batch, no edge tiles; a small batch keeps features."""
+    """At the suite's shape: vectors along the batch, no edge tiles; a batch of 9 to 63 keeps
+    features (one of at most 8 runs its vectors along k)."""
     cfg = dense.default_config(128, 768, 3072, True, "relu", target=AVX2)
     assert cfg["vectors"] == "batch" and cfg["epilogue_at"] == "panel"
     assert 128 % cfg["nr"] == 0 and 3072 % (cfg["mr"] * cfg["mc_tiles"]) == 0
-    small = dense.default_config(8, 768, 3072, True, "relu", target=AVX2)
+    small = dense.default_config(9, 768, 3072, True, "relu", target=AVX2)
     assert small["vectors"] == "features"
     asked = dense.default_config(128, 768, 3072, True, "relu", vectors="features", target=AVX2)
     assert asked["vectors"] == "features" and asked["mr"] * asked["mc_tiles"] >= 128
-    assert small["mr"] * small["mc_tiles"] >= 8, "one row block holds the whole batch"
+    assert small["mr"] * small["mc_tiles"] >= 9, "one row block holds the whole batch"
 
 
 def test_random_legal_configs_lower() -> None:
