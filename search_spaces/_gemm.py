@@ -43,6 +43,8 @@ __all__ = [
     "accumulator_budget",
     "accumulator_lanes",
     "blocked_output",
+    "blocks",
+    "busiest_share",
     "default_k_unroll",
     "define_gemm_knobs",
     "gemm_default",
@@ -235,6 +237,20 @@ def gemm_default(
     }
 
 
+def busiest_share(sizes: Sequence[int], threads: int) -> float:
+    """The share of the work the busiest thread gets when ``threads`` take contiguous runs
+    of blocks of ``sizes`` (``tuner.codegen.cpu.threads.chunks``): 1 / threads at best."""
+    from tuner.codegen.cpu.threads import chunks
+
+    runs = chunks(len(sizes), max(1, threads))
+    return max(sum(sizes[a:b]) for a, b in runs) / max(1, sum(sizes))
+
+
+def blocks(n: int, size: int) -> list[int]:
+    """``n`` cut into blocks of ``size`` (the last one shorter)."""
+    return [min(size, n - lo) for lo in range(0, n, size)]
+
+
 def balanced_nc_tiles(N: int, nr: int, threads: int, widest: int = 256) -> int:
     """NC / NR for a nest whose ``jo`` loop (N / NC blocks) runs in parallel: the widest
     block of at most ``widest`` columns that leaves no thread with more columns than
@@ -378,7 +394,7 @@ def output_stage(
 
 def blocked_output(
     s: Schedule, Y: Tensor, C: Tensor, cfg: Mapping[str, Any], panel: bool = False
-) -> tuple[list[AxisRef], int]:
+) -> tuple[list[AxisRef], int, AxisRef]:
     """Compute ``C`` block by block inside the epilogue ``Y``'s loops, while it is in cache.
 
     ``Y``'s columns and rows are cut as the nest's NC and MC blocks; ``C``'s
@@ -398,9 +414,9 @@ def blocked_output(
     back from L1 (dense's ``epilogue_at="panel"``); B's panel is then packed
     once per row block.
 
-    Returns ``Y``'s outer loops (a batch, then ``jo``) and the piece's width,
+    Returns ``Y``'s outer loops (a batch, then ``jo``), the piece's width,
     ``min(NC, N)`` or NR: the ``nc`` to pass to :func:`register_blocked`, so
-    that a matrix narrower than NC runs no empty column panels.
+    that a matrix narrower than NC runs no empty column panels, and ``io``.
     """
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
     mc, nc = mr * int(cfg["mc_tiles"]), nr * int(cfg["nc_tiles"])
@@ -415,4 +431,4 @@ def blocked_output(
         s[Y].reorder(*outer, jo, io, ii, jb, jv)
     s[Y].vectorize(jv)
     s[C].compute_at(s[Y], jb if panel else io)
-    return [*outer, jo], nr if panel else min(nc, Y.shape_ints[-1])
+    return [*outer, jo], nr if panel else min(nc, Y.shape_ints[-1]), io

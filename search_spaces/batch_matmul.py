@@ -143,7 +143,7 @@ def schedule(
     steps = parse_epilogue(epilogue)
     extras, Y = output_stage(C, steps) if steps else ([], C)
     s = te.create_schedule(Y)
-    outer, nc = blocked_output(s, Y, C, cfg) if steps else ([], None)
+    outer, nc, _ = blocked_output(s, Y, C, cfg) if steps else ([], None, None)
     b = s[C].op.axis[0]
     pack = operand_packing(B, trans_b, "B") if cfg["pack_b"] else None
     loops = register_blocked(s, C, cfg, outer=(b,), pack_b=pack, nc=nc)

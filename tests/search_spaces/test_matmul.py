@@ -186,7 +186,7 @@ def test_records_of_older_logs_get_the_new_knob_so_one_schedule_has_one_key() ->
     old = {k: v for k, v in matmul.default_config(32, 40, 24, target=AVX2).items() if k != "pack_a"}
     rec = Record.make(w, Target.from_name("cpu"), old, samples=(1e-3,))
     (done,) = canonical_records([rec])
-    assert done.config == {**old, "pack_a": False, "pack_a_at": "block"}
+    assert done.config == {**old, "pack_a": False, "pack_a_at": "block", "parallel_at": "cols"}
     assert done.samples == rec.samples and done.workload.as_dict()["trans_b"] is False
 
 
@@ -283,3 +283,23 @@ def test_a_wide_tile_through_the_registry() -> None:
     out = np.empty((29, 67), np.float32)
     tuner.build(s, tensors)(a, b, out)
     np.testing.assert_allclose(out, op.reference(a, b, **args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("epilogue", ["none", "add@c;relu"])
+def test_few_columns_over_many_rows_run_row_blocks_on_the_thread_pool(epilogue: str) -> None:
+    """A 7 x 7 pointwise convolution's product: one column block, row blocks in parallel,
+    the (single) column and k loops unwrapped so the pool runs them, not prange."""
+    from tuner.target import Target
+
+    op = get_operator("matmul")
+    two = Target.make("cpu", vector_lanes=8, vector_registers=16, threads=2)
+    args = op.parse_args({"M": 384, "N": 49, "K": 37, "channels": "rows", "epilogue": epilogue})
+    cfg = op.space(args, two).validate(op.default_config(args, two))
+    assert cfg["parallel_at"] == "rows" and cfg["nc_tiles"] * cfg["nr"] >= 49
+    s, tensors = op.schedule(cfg, args, two)
+    kern = tuner.build(s, tensors, target=two)
+    assert "parallel_for(" in kern.source and "prange(" not in kern.source.split("import prange")[1]
+    inputs = op.make_inputs(args, seed=1, target=two)
+    out = np.full(tensors[-1].shape_ints, 7, np.float32)
+    kern(*inputs, out)
+    np.testing.assert_allclose(out, op.reference(*inputs, **args), rtol=1e-4, atol=1e-5)
