@@ -97,6 +97,7 @@ def peers(path: Path, name: str, threads: int, feeds: dict[str, np.ndarray]) -> 
         with torch.inference_mode():
             return model(x)
 
+    torch._dynamo.reset()  # else a second thread count reuses the first one's compiled graphs
     compiled = torch.compile(model)
 
     def comp() -> Any:
