@@ -39,6 +39,28 @@ def test_sigterm_stops_the_tuner_like_ctrl_c_and_leaves_no_process(tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_ctrl_c_in_a_terminal_stops_every_process_without_a_traceback(tmp_path: Path) -> None:
+    # A terminal's Ctrl-C sends SIGINT to the whole foreground group: the tuner,
+    # its build worker and its runner alike.
+    log = tmp_path / "tune.jsonl"
+    proc = start_worker(log, "--trials", "200", "--batch", "2", "--strategy", "random", group=True)
+    try:
+        wait_for(lambda: lines(log) >= 2, 120, "the first measurements")
+        kids = children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (
+        "tuner: interrupted; the log keeps every measurement made so far"
+    )
+    assert "Traceback" not in err
+    wait_for(lambda: not any(alive(k) for k in kids), 10, "the children to exit")
+    assert len(load(log)) == lines(log) >= 2
+
+
+@pytest.mark.slow
 def test_children_exit_when_the_tuner_is_killed_outright(tmp_path: Path) -> None:
     log = tmp_path / "tune.jsonl"
     proc = start_worker(log, "--trials", "200", "--batch", "4", "--strategy", "random")
@@ -78,3 +100,33 @@ def test_a_build_worker_whose_parent_is_gone_exits_by_itself(tmp_path: Path) -> 
     )
     assert child.returncode == 1
     assert time.monotonic() - started < 25
+
+
+class _ClosedAfterRecv:
+    """A runner's pipe whose tuner end closed while a candidate was in flight."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def recv(self) -> tuple[str, object, object]:
+        return ("baseline", None, None)
+
+    def send(self, obj: object) -> None:
+        self.sent.append(obj)
+        if obj != "ready":
+            raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_runner_whose_tuner_closed_the_pipe_returns_quietly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tuner.measure._child import runner_main
+
+    conn = _ClosedAfterRecv()
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        runner_main(conn, threads=1)  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGINT, handler)  # the runner leaves Ctrl-C to its tuner
+    assert conn.sent == ["ready", "loaded"]  # no error report after the failed send
+    assert capsys.readouterr().err == ""

@@ -15,13 +15,24 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ["matmul", "M=32", "N=32", "K=32"]
 
 
-def start_worker(log: Path, *flags: str, workload: list[str] = WORKLOAD) -> subprocess.Popen[str]:
-    """``tuner tune`` in its own process, quick settings, stderr captured."""
+def start_worker(
+    log: Path, *flags: str, workload: list[str] = WORKLOAD, group: bool = False
+) -> subprocess.Popen[str]:
+    """``tuner tune`` in its own process, quick settings, stderr captured.
+
+    With ``group``, it leads a process group of its own, as a terminal's foreground job does.
+    """
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     argv = [sys.executable, "-m", "tuner", "tune", *workload, "--log", str(log)]
     argv += ["--jobs", "1", "--retime", "0", "--no-baseline", *flags]
     return subprocess.Popen(
-        argv, cwd=log.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        argv,
+        cwd=log.parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -25,10 +26,17 @@ def init_build_worker(plugins: tuple[str, ...] = (), parent: int | None = None) 
 
     A worker exits when the tuner that started it (``parent``) is gone.
     """
+    _leave_ctrl_c_to_the_tuner()
     if parent is not None:
         exit_with_parent(parent)
     os.environ["NUMBA_NUM_THREADS"] = "1"
     _import_plugins(plugins)
+
+
+def _leave_ctrl_c_to_the_tuner() -> None:
+    """Ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and the
+    tuner stops its children itself (each would otherwise print a traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _import_plugins(plugins: tuple[str, ...]) -> None:
@@ -142,10 +150,15 @@ def run_baseline(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> di
     return {"kind": ErrorKind.OK.value, "samples": samples}
 
 
+# What a closed pipe raises: the tuner stopped, or gave up on this runner.
+_PIPE_GONE = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
 def runner_main(
     conn: Connection, threads: int, plugins: tuple[str, ...] = (), parent: int | None = None
 ) -> None:
     """The runner loop: one candidate at a time, until the pipe closes or the tuner is gone."""
+    _leave_ctrl_c_to_the_tuner()
     if parent is not None:
         exit_with_parent(parent)
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
@@ -158,19 +171,24 @@ def runner_main(
 
     from ..codegen import build  # noqa: F401
 
-    conn.send("ready")
+    try:
+        conn.send("ready")
+        _serve(conn)
+    except _PIPE_GONE:
+        return  # nobody is listening: nothing to report
+
+
+def _serve(conn: Connection) -> None:
     refs: dict[str, Any] = {}
     while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        what, c, opts = msg
+        what, c, opts = conn.recv()
         try:
             if what == "baseline":
                 conn.send("loaded")
                 conn.send(run_baseline(c, opts, refs))
                 continue
             conn.send(run_candidate(c, opts, refs, loaded=lambda: conn.send("loaded")))
+        except _PIPE_GONE:
+            raise
         except Exception:
             conn.send({"kind": ErrorKind.RUNTIME_ERROR.value, "msg": traceback.format_exc(limit=1)})
