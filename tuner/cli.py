@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+
+from .cli_options import add_search_flags, positive
 
 __all__ = ["main"]
 
@@ -33,74 +34,24 @@ def _kv(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-        return value
-
-    return parse
-
-
 def cmd_tune(ns: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .measure import MeasureOptions
-    from .progress import TuneDisplay
-    from .tune import TuneOptions, tune
-
-    opts = TuneOptions(
-        trials=ns.trials,
-        time_limit=ns.time_limit,
-        strategy=ns.strategy,
-        log=ns.log,
-        seed=ns.seed,
-        batch=ns.batch,
-        early_stopping=ns.early_stopping,
-        target=ns.target,
-        threads=ns.threads,
-        storage=ns.storage,
-        claim_timeout=ns.claim_timeout,
-        transfer_from=tuple(ns.transfer_from),
-        measure=MeasureOptions(jobs=ns.jobs),
-        retime=ns.retime,
-        baseline=not ns.no_baseline,
-    )
-    # Check what the user typed before drawing a progress bar.
     from search_spaces import get_operator
 
-    from .search import StrategyError, strategies
-    from .target import Target
+    from .cli_options import check_search_flags, tune_options
+    from .progress import TuneDisplay
+    from .tune import tune
 
+    opts = tune_options(ns, transfer_from=tuple(ns.transfer_from), baseline=not ns.no_baseline)
+    # Check what the user typed before drawing a progress bar.
     template = get_operator(ns.op)
     parsed = template.parse_args(_kv(ns.args))
     traffic = template.bytes_moved(parsed) if template.bytes_moved is not None else None
-    if ns.strategy not in strategies():
-        raise StrategyError(
-            f"unknown strategy {ns.strategy!r}; known strategies: {', '.join(strategies())}"
-        )
-    Target.from_name(ns.target)
+    check_search_flags(ns)
     for path in ns.transfer_from:
         if not path.exists():
             raise FileNotFoundError(f"transfer log {path} does not exist")
-    if ns.storage is not None:
-        from .search.storage import open_storage
-
-        open_storage(ns.storage)  # a bad URL or a server that is not there: one line
     console = Console(stderr=True)
     title = f"{ns.op} {' '.join(ns.args)}"
     with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
@@ -235,58 +186,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("op", help="operator name (see 'tuner ops')")
     p.add_argument("args", nargs="*", metavar="NAME=VALUE", help="operator arguments")
-    p.add_argument("--target", default="cpu", help="target kind (default cpu)")
-    p.add_argument(
-        "--trials", type=_positive(int), default=64, help="candidates to measure (default 64)"
-    )
-    p.add_argument(
-        "--time-limit", type=_positive(float), default=None, help="stop after this many seconds"
-    )
-    p.add_argument("--strategy", default="xgb", help="search strategy (default xgb)")
-    p.add_argument(
-        "--log", type=Path, default=Path("tune.jsonl"), help="tuning log (default tune.jsonl)"
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jobs", type=_positive(int), default=2, help="parallel build processes")
-    p.add_argument("--batch", type=_positive(int), default=8, help="candidates per round")
-    p.add_argument(
-        "--threads",
-        type=_positive(int),
-        default=None,
-        help="threads per kernel (default: all cores)",
-    )
-    p.add_argument(
-        "--early-stopping",
-        type=_positive(int),
-        default=None,
-        metavar="N",
-        help="stop after N trials without improvement",
-    )
-    p.add_argument(
-        "--retime",
-        type=_count,
-        default=3,
-        metavar="N",
-        help="at the end, measure the N fastest configs again and judge each on all its samples (0: off)",
+    add_search_flags(
+        p,
+        trials=64,
+        trials_help="candidates to measure",
+        early_stopping_help="stop after N trials without improvement",
     )
     p.add_argument(
         "--no-baseline",
         action="store_true",
         help="do not time the NumPy reference at the end (it is shown beside the best)",
-    )
-    p.add_argument(
-        "--storage",
-        default=None,
-        help="Optuna storage that keeps the study of every trial, one per task and machine: "
-        "postgresql+psycopg://USER@HOST/DB (many machines), journal:PATH (many processes on one), "
-        "sqlite:///PATH; workers given the same one share the study, its trials and the budget",
-    )
-    p.add_argument(
-        "--claim-timeout",
-        type=_positive(float),
-        default=60.0,
-        metavar="SECONDS",
-        help="with --storage: a worker silent this long has its claimed configs measured by others (default 60)",
     )
     p.add_argument(
         "--transfer-from",
@@ -305,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="*", metavar="NAME=VALUE")
     p.add_argument("--log", type=Path, required=True, help="tuning log or a folder of logs")
     p.add_argument("--target", default="cpu")
-    p.add_argument("--repeat", type=_positive(int), default=10)
+    p.add_argument("--repeat", type=positive(int), default=10)
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("ops", help="list the operators and their arguments")
@@ -315,18 +224,18 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_best)
     p = sub.add_parser("show", help="the fastest records of a log and its error counts")
     p.add_argument("log", type=Path)
-    p.add_argument("--top", type=_positive(int), default=10)
+    p.add_argument("--top", type=positive(int), default=10)
     p.set_defaults(func=cmd_show)
 
     from .cli_model import add_commands
 
-    add_commands(sub, _positive)
+    add_commands(sub, positive)
     from .cli_merge import add_command as add_merge
 
     add_merge(sub)
     from .cli_tune_model import add_command as add_tune_model
 
-    add_tune_model(sub, _positive, _count)
+    add_tune_model(sub)
     return parser
 
 

@@ -139,38 +139,20 @@ class ModelTuneDisplay:
 
 def cmd_tune_model(ns: argparse.Namespace) -> int:
     from .cli_model import _shapes
-    from .measure import MeasureOptions
+    from .cli_options import check_search_flags, tune_options
     from .scheduler import SchedulerError, schedulers
-    from .search import StrategyError, strategies
     from .target import Target
-    from .tune import TuneOptions
     from .tune_model import model_tasks, trials_in_log, tune_model
 
     # Check what the user typed before drawing a progress bar.
     if not ns.model.exists():
         raise FileNotFoundError(f"model {ns.model} does not exist")
-    if ns.strategy not in strategies():
-        raise StrategyError(
-            f"unknown strategy {ns.strategy!r}; known strategies: {', '.join(strategies())}"
-        )
+    check_search_flags(ns)
     if ns.scheduler not in schedulers():
         raise SchedulerError(
             f"unknown scheduler {ns.scheduler!r}; known schedulers: {', '.join(schedulers())}"
         )
-    opts = TuneOptions(
-        trials=ns.trials,
-        time_limit=ns.time_limit,
-        strategy=ns.strategy,
-        log=ns.log,
-        seed=ns.seed,
-        batch=ns.batch,
-        early_stopping=ns.early_stopping,
-        target=ns.target,
-        threads=ns.threads,
-        storage=ns.storage,
-        measure=MeasureOptions(jobs=ns.jobs),
-        retime=ns.retime,
-    )
+    opts = tune_options(ns)
     shapes = _shapes(ns.shape)
     target = Target.from_name(ns.target, num_threads=ns.threads)
     tasks = model_tasks(ns.model, target, shapes)
@@ -190,8 +172,9 @@ def cmd_tune_model(ns: argparse.Namespace) -> int:
     return 0
 
 
-def add_command(sub: Any, positive: Any, count: Any) -> None:
+def add_command(sub: Any) -> None:
     """Add ``tune-model`` to the ``tuner`` command's subparsers."""
+    from .cli_options import add_search_flags
     from .tune_model import PATIENCE
 
     p = sub.add_parser(
@@ -199,49 +182,18 @@ def add_command(sub: Any, positive: Any, count: Any) -> None:
         help="tune every task of an ONNX model under one trial budget (resumable)",
     )
     p.add_argument("model", type=Path, help="an .onnx file")
-    p.add_argument(
-        "--trials",
-        type=positive(int),
-        default=200,
-        help="trials for the whole model, those already in the log included (default 200)",
-    )
-    p.add_argument(
-        "--log", type=Path, default=Path("tune.jsonl"), help="tuning log (default tune.jsonl)"
-    )
-    p.add_argument(
-        "--storage",
-        default=None,
-        help="Optuna storage URL: every task's study lives there (many workers may join)",
+    add_search_flags(
+        p,
+        trials=200,
+        trials_help="trials for the whole model, those already in the log included",
+        early_stopping_help=f"a task that has not improved in N trials drops out (default {PATIENCE})",
     )
     p.add_argument("--scheduler", default="gradient", help="task scheduler (default gradient)")
-    p.add_argument("--strategy", default="xgb", help="search strategy per task (default xgb)")
-    p.add_argument("--batch", type=positive(int), default=8, help="trials per round of a task")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target", default="cpu")
-    p.add_argument("--threads", type=positive(int), default=None, help="default: all cores")
-    p.add_argument("--jobs", type=positive(int), default=2, help="parallel build processes")
     p.add_argument(
         "--shape",
         action="append",
         default=[],
         metavar="NAME=D1,D2,...",
         help="dimensions of an input with symbolic ones (repeatable)",
-    )
-    p.add_argument(
-        "--time-limit", type=positive(float), default=None, help="stop after this many seconds"
-    )
-    p.add_argument(
-        "--early-stopping",
-        type=positive(int),
-        default=None,
-        metavar="N",
-        help=f"a task that has not improved in N trials drops out (default {PATIENCE})",
-    )
-    p.add_argument(
-        "--retime",
-        type=count,
-        default=3,
-        metavar="N",
-        help="at the end, measure each task's N fastest configs again (0: off)",
     )
     p.set_defaults(func=cmd_tune_model)

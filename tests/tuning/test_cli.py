@@ -101,3 +101,15 @@ def test_best_and_show_tell_thread_counts_apart(capsys, monkeypatch) -> None:  #
     assert main(["show", str(golden_v2)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "2 threads" in out and "compile_timeout 1" in out
+
+
+@pytest.mark.parametrize("command", [["tune", "matmul", "M=8"], ["tune-model", "m.onnx"]])
+def test_tune_and_tune_model_take_the_same_search_flags(command: list[str]) -> None:
+    from tuner.cli import _parser
+    from tuner.cli_options import tune_options
+
+    flags = ["--claim-timeout", "5", "--retime", "0", "--jobs", "1", "--batch", "4"]
+    flags += ["--storage", "journal:x.log", "--early-stopping", "9", "--time-limit", "30"]
+    opts = tune_options(_parser().parse_args([*command, *flags]))
+    assert (opts.claim_timeout, opts.retime, opts.measure.jobs, opts.batch) == (5.0, 0, 1, 4)
+    assert (opts.storage, opts.early_stopping, opts.time_limit) == ("journal:x.log", 9, 30.0)
