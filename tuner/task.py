@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,13 +247,15 @@ class TaskTuner:
         if self.shared is not None:
             self.shared.close()
 
-    def retime(self, k: int) -> list[Record]:
+    def retime(self, k: int, also: Sequence[str] = ()) -> list[Record]:
         """Measure the ``k`` fastest configs once more, logged as strategy "retime".
 
         A search keeps the luckiest timing of many close candidates; measuring
         the leaders again, at the end and in one batch, lets the best be judged
         on more samples (``records.best`` pools them per config). The best is
-        then chosen among the re-timed configs.
+        then chosen among the re-timed configs. The configs keyed in ``also``
+        (the default schedule's, so that "default vs best" compares times taken
+        alike) are measured in the same batch if they ran correctly before.
         """
         ranked: dict[str, Record] = {}
         for r in sorted((r for r in self.prior + self.written if r.ok), key=lambda r: r.median):
@@ -261,6 +263,7 @@ class TaskTuner:
         leaders = list(ranked.values())[:k]
         if k <= 0 or len(leaders) < 2:
             return []
+        leaders += [ranked[key] for key in also if key in ranked and ranked[key] not in leaders]
         results = self.measurer.measure([self.task.candidate(r.config) for r in leaders])
         out = []
         for r, res in zip(leaders, results, strict=True):

@@ -229,9 +229,11 @@ def tune_model(
                         _progress(sched, mtasks, defaults, i, rec, done, opts.trials, errors, start)
                     )
         if opts.retime > 0:
-            for tt in tuners:
+            for i, tt in enumerate(tuners):
                 if tt.trials > 0:
-                    tt.retime(opts.retime)
+                    key = default_keys[i]
+                    tt.retime(opts.retime, also=(key,) if key is not None else ())
+                    defaults[i] = _default_seconds(key, tt.prior + tt.written) or defaults[i]
     rows = tuple(
         TaskSummary(
             mt.task.key,
