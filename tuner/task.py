@@ -230,10 +230,10 @@ class TaskTuner:
         if not batch:
             return []
         self.measured.update(c.key for c in batch)
-        results = self.measurer.measure([self.task.candidate(c.to_json()) for c in batch])
+        predicted = [self.strategy.predicted(cfg) for cfg in batch]
+        logged = self._measure_logged(batch, self.strategy.name, predicted)
         records, observations = [], []
-        for cfg, res in zip(batch, results, strict=True):
-            rec = self._record(cfg, res, self.strategy.name, self.strategy.predicted(cfg))
+        for cfg, (res, rec) in zip(batch, logged, strict=True):
             observations.append((cfg, rec.median))
             self.errors += res.error_kind != ErrorKind.OK
             if rec.ok and (self.best is None or rec.median < self.best.median):
@@ -264,12 +264,32 @@ class TaskTuner:
         if k <= 0 or len(leaders) < 2:
             return []
         leaders += [ranked[key] for key in also if key in ranked and ranked[key] not in leaders]
-        results = self.measurer.measure([self.task.candidate(r.config) for r in leaders])
-        out = []
-        for r, res in zip(leaders, results, strict=True):
-            out.append(self._record(self.space.validate(r.config), res, RETIME, None))
+        configs = [self.space.validate(r.config) for r in leaders]
+        out = [rec for _, rec in self._measure_logged(configs, RETIME, [None] * len(configs))]
         self.best = records_best(self.prior + self.written, self.task.workload, self.task.target)
         return out
+
+    def _measure_logged(
+        self, configs: list[Config], strategy: str, predicted: list[float | None]
+    ) -> list[tuple[MeasureResult, Record]]:
+        """Measure ``configs``, logging each record as soon as its result is final.
+
+        A tuner killed outright (SIGKILL) then loses only what was still in
+        flight, not the whole batch. A measurer that reports nothing early has
+        its results logged when it returns.
+        """
+        logged: dict[int, Record] = {}
+
+        def log(i: int, res: MeasureResult) -> None:
+            if i not in logged:
+                logged[i] = self._record(configs[i], res, strategy, predicted[i])
+
+        results = self.measurer.measure(
+            [self.task.candidate(c.to_json()) for c in configs], on_result=log
+        )
+        for i, res in enumerate(results):
+            log(i, res)
+        return [(res, logged[i]) for i, res in enumerate(results)]
 
     def _record(
         self, cfg: Config, res: MeasureResult, strategy: str, predicted: float | None

@@ -72,7 +72,7 @@ class Instant:
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    def measure(self, candidates: list[Any]) -> list[MeasureResult]:
+    def measure(self, candidates: list[Any], on_result: Any = None) -> list[MeasureResult]:
         out = []
         for c in candidates:
             key = json.dumps(c.config, sort_keys=True)

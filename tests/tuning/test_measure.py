@@ -38,7 +38,12 @@ def test_each_failure_is_recorded_and_the_next_candidate_still_runs(measurer) ->
         cand("t_hang"),
         cand("t_double", split=1),
     ]
-    results = measurer.measure(batch)
+    told: list[tuple[int, object]] = []
+    results = measurer.measure(batch, on_result=lambda i, r: told.append((i, r)))
+    # Each result is told once, as soon as it is final: the build's failure at
+    # once, a run's failure in the first pass, the others after their last pass.
+    assert [i for i, _ in told] == [2, 1, 3, 5, 0, 4, 6]
+    assert all(r == results[i] for i, r in told)
     kinds = [r.error_kind for r in results]
     assert kinds == [
         ErrorKind.OK,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import tuner
 from records import ErrorKind, LogWriter, best_by_workload, load, target_label
@@ -25,7 +28,7 @@ class SimulatedMeasurer:
     def __init__(self) -> None:
         self.seen: list[Candidate] = []
 
-    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+    def measure(self, candidates: list[Candidate], on_result: Any = None) -> list[MeasureResult]:
         self.seen += candidates
         return [
             MeasureResult(ErrorKind.OK, samples=(1e-6 * c.args["N"] / c.config["split"],))
@@ -65,6 +68,24 @@ def test_two_tasks_advance_in_turn_through_one_measurer_and_one_log(tmp_path: Pa
         assert mine[0].config == {"split": 2}, "the template's default goes first"
         assert sorted(r.config["split"] for r in mine) == [1, 2, 4], "no config twice"
     assert tuners[1].best is not None and tuners[1].best.config == {"split": 4}
+
+
+class KilledAfterOne(SimulatedMeasurer):
+    """Tells the first candidate's result, then the tuner is stopped mid-batch."""
+
+    def measure(self, candidates: list[Candidate], on_result: Any = None) -> list[MeasureResult]:
+        first = super().measure(candidates[:1])[0]
+        on_result(0, first)
+        raise KeyboardInterrupt
+
+
+def test_a_result_is_in_the_log_as_soon_as_it_is_final(tmp_path: Path) -> None:
+    task = Task.make("t_double", {"N": 16}, Target.from_name("cpu", num_threads=1))
+    path = tmp_path / "t.jsonl"
+    with pytest.raises(KeyboardInterrupt), LogWriter(path) as log:
+        _tuner(task, KilledAfterOne(), log).step(3)
+    (rec,) = load(path)
+    assert rec.ok and rec.config == {"split": 2} and rec.trial == 0
 
 
 def test_every_record_replays_to_the_loop_nest_that_was_measured(tmp_path: Path) -> None:

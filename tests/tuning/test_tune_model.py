@@ -8,6 +8,7 @@ import zlib
 from collections import Counter
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,7 +43,7 @@ class Simulated:
         self.seen: list[Candidate] = []
         self.stop_after = stop_after
 
-    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+    def measure(self, candidates: list[Candidate], on_result: Any = None) -> list[MeasureResult]:
         if self.stop_after is not None and len(self.seen) + len(candidates) > self.stop_after:
             raise KeyboardInterrupt
         self.seen += candidates

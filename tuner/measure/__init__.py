@@ -12,7 +12,7 @@ its output against the NumPy reference once and times it.
 """
 
 from ._signals import Terminated
-from ._types import Candidate, MeasureOptions, MeasureResult
+from ._types import Candidate, MeasureOptions, MeasureResult, OnResult
 from .measurer import Measurer
 from .replay import ReplayMeasurer
 
@@ -21,6 +21,7 @@ __all__ = [
     "MeasureOptions",
     "MeasureResult",
     "Measurer",
+    "OnResult",
     "ReplayMeasurer",
     "Terminated",
 ]

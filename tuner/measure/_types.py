@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,3 +51,7 @@ class MeasureResult:
     @property
     def ok(self) -> bool:
         return self.error_kind == ErrorKind.OK
+
+
+#: Told each candidate's final result as soon as it is known: ``on_result(index, result)``.
+OnResult = Callable[[int, MeasureResult], None]

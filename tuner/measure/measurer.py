@@ -18,7 +18,7 @@ from records import ErrorKind
 
 from ._child import build_candidate, init_build_worker, runner_main
 from ._signals import sigterm_as_interrupt
-from ._types import Candidate, MeasureOptions, MeasureResult
+from ._types import Candidate, MeasureOptions, MeasureResult, OnResult
 
 _CTX = multiprocessing.get_context("spawn")
 
@@ -162,7 +162,9 @@ class Measurer:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
-    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+    def measure(
+        self, candidates: list[Candidate], on_result: OnResult | None = None
+    ) -> list[MeasureResult]:
         """Measure every candidate; a failure is a result, never an exception.
 
         The whole batch is built first and run after, so that no compilation
@@ -173,13 +175,32 @@ class Measurer:
         winner of a matmul 512 tune ran 2.31 ms in its burst and 3.0 ms when
         timed again). Each pass loads, checks and times afresh; a candidate
         that fails is not run again.
+
+        ``on_result(i, result)`` is called as soon as candidate ``i``'s result
+        is final (its build or a run failed, or its last pass ran), so that a
+        caller can log it before the rest of the batch is done.
         """
         built = self._build_all(candidates)
         kinds = [ErrorKind(kind) for kind, _, _ in built]
         msgs = [msg for _, msg, _ in built]
         samples: list[list[float]] = [[] for _ in candidates]
         run_s = [0.0] * len(candidates)
-        for share in _shares(self.options.samples, self.options.passes):
+
+        def result(i: int) -> MeasureResult:
+            ok = kinds[i] == ErrorKind.OK
+            return MeasureResult(
+                kinds[i], msgs[i], tuple(samples[i]) if ok else (), built[i][2], run_s[i]
+            )
+
+        def final(i: int) -> None:
+            if on_result is not None:
+                on_result(i, result(i))
+
+        for i in range(len(candidates)):
+            if kinds[i] != ErrorKind.OK:
+                final(i)
+        shares = _shares(self.options.samples, self.options.passes)
+        for p, share in enumerate(shares):
             opts = dataclasses.replace(self.options, samples=share)
             for i, c in enumerate(candidates):
                 if kinds[i] != ErrorKind.OK:
@@ -189,16 +210,9 @@ class Measurer:
                 run_s[i] += time.perf_counter() - t0
                 kinds[i], msgs[i] = ErrorKind(out["kind"]), out.get("msg", "")
                 samples[i] += out.get("samples", ())
-        return [
-            MeasureResult(
-                kinds[i],
-                msgs[i],
-                tuple(samples[i]) if kinds[i] == ErrorKind.OK else (),
-                built[i][2],
-                run_s[i],
-            )
-            for i in range(len(candidates))
-        ]
+                if kinds[i] != ErrorKind.OK or p == len(shares) - 1:
+                    final(i)
+        return [result(i) for i in range(len(candidates))]
 
     def baseline(self, c: Candidate) -> MeasureResult:
         """The NumPy reference of ``c``'s workload, timed in the runner like a candidate.

@@ -11,7 +11,7 @@ from types import TracebackType
 
 from records import ErrorKind, Record, config_key
 
-from ._types import Candidate, MeasureResult
+from ._types import Candidate, MeasureResult, OnResult
 
 
 class ReplayMeasurer:
@@ -26,9 +26,11 @@ class ReplayMeasurer:
     def keys(self) -> set[str]:
         return set(self._by_key)
 
-    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+    def measure(
+        self, candidates: list[Candidate], on_result: OnResult | None = None
+    ) -> list[MeasureResult]:
         out = []
-        for c in candidates:
+        for i, c in enumerate(candidates):
             r = self._by_key.get(config_key(c.config))
             if r is None:
                 out.append(MeasureResult(ErrorKind.RUNTIME_ERROR, "config not in the replayed log"))
@@ -38,6 +40,8 @@ class ReplayMeasurer:
                         r.error_kind, r.error_msg, r.samples, r.build_seconds, r.run_seconds
                     )
                 )
+            if on_result is not None:
+                on_result(i, out[-1])
         return out
 
     def close(self) -> None:
