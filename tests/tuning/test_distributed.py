@@ -124,6 +124,24 @@ def test_two_tuners_share_the_budget_and_each_others_results(storage: str, tmp_p
     b.close()
 
 
+def test_each_trial_shows_its_configs_knob_values(storage: str, tmp_path: Path) -> None:
+    # The params are knob indices; optuna-dashboard shows the values from this attribute.
+    import optuna
+
+    from tuner.search.storage import open_storage
+
+    a, b = _tuner(storage, tmp_path / "a.jsonl", 0), _tuner(storage, tmp_path / "b.jsonl", 1)
+    a.step(3)
+    b.step(2)
+    a.close()
+    b.close()
+    study = optuna.load_study(study_name=TASK.study_name, storage=open_storage(storage).optuna)
+    complete = study.get_trials(states=[optuna.trial.TrialState.COMPLETE])
+    shown = {json.dumps(json.loads(t.user_attrs["config"]), sort_keys=True) for t in complete}
+    logged = {json.dumps(r.config, sort_keys=True) for t in (a, b) for r in t.written}
+    assert len(complete) == 5 and shown == logged
+
+
 def test_claims_are_exclusive_and_a_silent_workers_are_released(
     storage: str, tmp_path: Path
 ) -> None:

@@ -17,10 +17,14 @@ worker named in its ``worker`` user attribute is measuring that config.
 - A measured config is a COMPLETE trial, or a FAIL one with the ``measured``
   attribute (the candidate failed); other FAIL trials (points a sampler
   proposed and the strategy refused, lost or released claims) were never measured.
+- Each trial of a config also carries the config itself, knob values rather
+  than indices, as JSON text in its ``config`` user attribute: what
+  ``optuna-dashboard`` shows beside the trial's time.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -38,6 +42,9 @@ __all__ = ["KnobStudy", "Snapshot"]
 
 #: Seconds without a heartbeat after which a worker's claims are released.
 CLAIM_TIMEOUT = 60.0
+
+#: The trial user attribute that holds the config's knob values (JSON text).
+CONFIG_ATTR = "config"
 
 
 def _finished_states() -> tuple[Any, ...]:
@@ -137,6 +144,7 @@ class KnobStudy:
     def hold(self, trial: Any, cfg: Config) -> None:
         """Keep ``trial`` open until ``cfg`` is measured."""
         self._pending[cfg.key] = trial.number
+        trial.set_user_attr(CONFIG_ATTR, _config_text(cfg))
 
     def tell(self, cfg: Config, seconds: float) -> None:
         """Close ``cfg``'s open trial, or add a finished one for a config measured before."""
@@ -169,7 +177,7 @@ class KnobStudy:
             value=value,
             params=self.indices(cfg),
             distributions=self.distributions,
-            user_attrs=attrs,
+            user_attrs={CONFIG_ATTR: _config_text(cfg), **attrs},
         )
         storage = self.study._storage
         trial_id = storage.create_new_trial(self.study._study_id, template_trial=trial)
@@ -338,6 +346,10 @@ class _Heartbeat(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=5)
+
+
+def _config_text(cfg: Config) -> str:
+    return json.dumps(cfg.to_json(), separators=(",", ":"))
 
 
 def _json(value: Any) -> Any:
