@@ -26,6 +26,7 @@ import numpy as np
 from records import Match, Record, best_match, load
 
 from .codegen import Kernel, build
+from .codegen.backend import check_output
 from .codegen.index import indexed
 from .lower.lower import lower
 from .schedule import Schedule, ScheduleError
@@ -110,10 +111,19 @@ class OpKernel:
     def source(self) -> str:
         return self.kernel.source
 
-    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
-        out_buf = self.kernel.args[-1]
-        out = np.empty(out_buf.shape, out_buf.dtype)
-        self.kernel(*(np.ascontiguousarray(a) for a in inputs), out)
+    def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The output for ``inputs``: written into ``out`` when given, else a new array.
+
+        A loop that reuses ``out`` pays no allocation per call (fresh pages
+        fault in on first touch, which a small kernel notices).
+        """
+        buf = self.kernel.args[-1]
+        arrays = [np.ascontiguousarray(a) for a in inputs]
+        if out is None:
+            out = np.empty(buf.shape, buf.dtype)
+        else:
+            check_output(out, buf.shape, buf.dtype, "out", arrays)
+        self.kernel(*arrays, out)
         return out
 
 

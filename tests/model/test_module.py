@@ -147,6 +147,53 @@ def test_an_output_that_is_an_input_or_a_constant_is_a_copy(rng):
     assert k.shape == () and float(k) == 2.5
 
 
+def _outputs_model():
+    """y1 is an output a later kernel reads; y2 a view of an intermediate; y3 an input."""
+    nodes = [
+        helper.make_node("Exp", ["x"], ["y1"]),
+        helper.make_node("Tanh", ["y1"], ["t"]),
+        helper.make_node("Transpose", ["t"], ["u"], perm=[1, 0]),
+        helper.make_node("Flatten", ["u"], ["y2"], axis=0),
+        helper.make_node("Identity", ["x"], ["y3"]),
+    ]
+    outs = {"y1": ("float32", (3, 5)), "y2": ("float32", (1, 15)), "y3": ("float32", (3, 5))}
+    return make_model(nodes, {"x": ("float32", (3, 5))}, outs)
+
+
+def test_given_output_arrays_are_written_in_place(rng):
+    model = _outputs_model()
+    mod = tuner.compile_model(model, fuse=False)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    out = [np.full((3, 5), np.nan, np.float32), np.full((1, 15), np.nan, np.float32)]
+    out.append(np.full((3, 5), np.nan, np.float32))
+    for _ in range(2):  # the second call overwrites the first's results
+        got = mod.run({"x": x}, out=out)
+        assert all(g is o for g, o in zip(got, out, strict=True))
+        for o, want in zip(out, ort_outputs(model, {"x": x}), strict=True):
+            np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-6)
+        x = x[::-1].copy()
+
+
+def test_output_arrays_the_model_cannot_write_get_one_line_each(rng):
+    mod = tuner.compile_model(_outputs_model(), fuse=False)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    good = [np.empty((3, 5), np.float32), np.empty((1, 15), np.float32)]
+    three = np.empty((3, 5), np.float32)
+    cases = [
+        (good, "out has 2 arrays; the model has 3 outputs"),
+        (
+            [*good, np.empty((5, 3), np.float32)],
+            "out for 'y3' must be float32[3, 5], got float32[5, 3]",
+        ),
+        ([*good, x], "out for 'y3' shares memory with input 0; pass a separate array"),
+        ([three, good[1], three], "out for 'y3' shares memory"),
+    ]
+    for out, message in cases:
+        with pytest.raises(ModelInputError) as err:
+            mod.run({"x": x}, out=out)
+        assert str(err.value) == message
+
+
 def test_an_unsupported_operator_fails_before_anything_runs():
     nodes = [helper.make_node("Unique", ["x"], ["y"])]
     model = make_model(nodes, {"x": ("float32", (4,))}, {"y": ("float32", None)})

@@ -118,3 +118,39 @@ def test_the_space_of_the_target_built_for_decides_what_a_record_may_be(tmp_path
     assert g.record is None
     assert g.config == op.space(args, narrow).validate(op.default_config(args, narrow)).to_json()
     np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_kernel_writes_a_given_out_array_in_place() -> None:
+    f = tuner.build_op("matmul", target=Target.from_name("cpu", num_threads=1), M=7, N=5, K=3)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((7, 3), np.float32), rng.random((3, 5), np.float32)
+    out = np.full((7, 5), np.nan, np.float32)
+    assert f(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+    assert f(a, b) is not out and np.allclose(f(a, b), out)
+
+
+def _read_only() -> np.ndarray:
+    out = np.empty((7, 5), np.float32)
+    out.setflags(write=False)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: [[0.0] * 5] * 7, "out must be a NumPy array, got list"),
+        (lambda: np.empty((5, 7), np.float32), r"out must be float32\[7, 5\], got float32\[5, 7\]"),
+        (lambda: np.empty((7, 5), np.float64), r"out must be float32\[7, 5\], got float64"),
+        (lambda: np.empty((5, 7), np.float32).T, "out must be C-contiguous"),
+        (_read_only, "out is read-only"),
+    ],
+)
+def test_an_out_array_the_kernel_cannot_write_is_one_clear_error(make, message) -> None:  # type: ignore[no-untyped-def]
+    f = tuner.build_op("matmul", target=Target.from_name("cpu", num_threads=1), M=7, N=5, K=3)
+    a, b = np.ones((7, 3), np.float32), np.ones((3, 5), np.float32)
+    with pytest.raises((TypeError, ValueError), match=message):
+        f(a, b, out=make())
+    memory = np.ones(64, np.float32)  # an input that is part of out
+    with pytest.raises(ValueError, match="out shares memory with input 0"):
+        f(memory[:21].reshape(7, 3), b, out=memory[:35].reshape(7, 5))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +32,7 @@ __all__ = [
     "backend_kinds",
     "cache_dir",
     "check_arrays",
+    "check_output",
     "get_backend",
     "register_backend",
 ]
@@ -166,6 +167,27 @@ def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> None:
             )
         if not a.flags.c_contiguous:
             raise TypeError(f"argument {buf.name} must be C-contiguous (use np.ascontiguousarray)")
+
+
+def check_output(
+    out: Any, shape: tuple[int, ...], dtype: str, what: str, inputs: Sequence[Any] = ()
+) -> None:
+    """Refuse a caller-given output array a kernel cannot write in place.
+
+    It must be a writable, C-contiguous NumPy array of ``dtype`` and ``shape``
+    that shares no memory with ``inputs``; ``what`` names it in the error.
+    """
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{what} must be a NumPy array, got {type(out).__name__}")
+    if out.shape != tuple(shape) or out.dtype != np.dtype(dtype):
+        raise TypeError(f"{what} must be {dtype}{list(shape)}, got {out.dtype}{list(out.shape)}")
+    if not out.flags.c_contiguous:
+        raise TypeError(f"{what} must be C-contiguous")
+    if not out.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+    for k, a in enumerate(inputs):
+        if np.may_share_memory(out, a):
+            raise ValueError(f"{what} shares memory with input {k}; pass a separate array")
 
 
 def check_no_overlap(func: LoweredFunc, arrays: tuple[Any, ...], written: list[int]) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..codegen.backend import check_output
 from ..compile import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
 from ..graph.ir import GraphError, Value
 from ..target import Target
@@ -111,12 +112,32 @@ class Module:
 
     # -- running ---------------------------------------------------------------------
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The model's outputs for ``feeds`` (every input by name), in the graph's order."""
+    def run(
+        self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """The model's outputs for ``feeds`` (every input by name), in the graph's order.
+
+        ``out``: one array per output, in that order, written in place and
+        returned (a serving loop then allocates nothing per call).
+        """
         arrays = self._check(feeds)
         plan = self._plan_for(arrays)
+        if out is not None:
+            out = list(out)
+            if len(out) != len(self.output_names):
+                raise ModelInputError(
+                    f"out has {len(out)} arrays; the model has {len(self.output_names)} outputs"
+                )
+            for name, arr, (_, v) in zip(self.output_names, out, plan.outputs, strict=True):
+                try:
+                    check_output(arr, _dims(v), v.dtype, f"out for {name!r}", arrays)
+                except (TypeError, ValueError) as exc:
+                    raise ModelInputError(str(exc)) from None
+            for k, arr in enumerate(out):
+                if any(np.may_share_memory(arr, other) for other in out[:k]):
+                    raise ModelInputError(f"out for {self.output_names[k]!r} shares memory")
         with self._lock:  # the planned buffers are shared by calls
-            return plan.run(arrays)
+            return plan.run(arrays, out)
 
     __call__ = run
 
@@ -263,28 +284,51 @@ class _Plan:
 
     # -- running ---------------------------------------------------------------------
 
-    def _env(self, arrays: Sequence[np.ndarray]) -> list[Any]:
-        """A call's flat arrays by slot: the planned ones, the inputs, fresh outputs."""
+    @property
+    def outputs(self) -> list[tuple[_Slot, Value]]:
+        """Each graph output's slot and value, in the graph's order."""
+        return list(self._outputs)
+
+    def _env(self, arrays: Sequence[np.ndarray], bound: Mapping[_Slot, np.ndarray]) -> list[Any]:
+        """A call's flat arrays by slot: the planned ones, the inputs, the outputs.
+
+        An output slot in ``bound`` is the caller's array; the others are fresh.
+        """
         env = list(self._base)
         for k, arr in zip(self._input_slots, arrays, strict=True):
             env[k] = arr.reshape(-1)
         for k, dtype, size in self._out_roots:
-            env[k] = np.empty(size, dtype)
+            env[k] = bound[k].reshape(-1) if k in bound else np.empty(size, dtype)
         _set_threads(self.target)
         return env
 
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        env = self._env(arrays)
+    def run(
+        self, arrays: Sequence[np.ndarray], out: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        # A caller's array is written by the kernels themselves where it is a
+        # whole output root (the usual case); else it is filled by a copy.
+        bound: dict[_Slot, np.ndarray] = {}
+        if out is not None:
+            for (k, _), arr in zip(self._outputs, out, strict=True):
+                if k in self._fresh and k not in bound:
+                    bound[k] = arr
+        env = self._env(arrays, bound)
         for fn, idx in self._steps:
             fn(*[env[i] for i in idx])
-        fresh = self._fresh
-        return [
-            (env[k] if k in fresh else np.array(env[k])).reshape(_dims(v)) for k, v in self._outputs
-        ]
+        if out is None:
+            fresh = self._fresh
+            return [
+                (env[k] if k in fresh else np.array(env[k])).reshape(_dims(v))
+                for k, v in self._outputs
+            ]
+        for (k, v), arr in zip(self._outputs, out, strict=True):
+            if bound.get(k) is not arr:
+                np.copyto(arr, env[k].reshape(_dims(v)))
+        return list(out)
 
     def profile(self, arrays: Sequence[np.ndarray], repeat: int = 10) -> list[float]:
         """Median seconds of each kernel over ``repeat`` runs (kept for ``summary``)."""
-        env = self._env(arrays)
+        env = self._env(arrays, {})
         samples: list[list[float]] = [[] for _ in self._steps]
         for _ in range(repeat):
             for j, (fn, idx) in enumerate(self._steps):
