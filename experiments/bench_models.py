@@ -20,6 +20,12 @@ of kernels. Ratios are peer time / this project's time (above 1: faster).
 Break-even: the runs after which the cold compile has paid for itself
 against onnxruntime ("never" while slower), beside torch.compile's compile
 time (its first call) and the runs it needs to pay for itself over eager.
+
+With ``--log`` the same model on its default schedules ("default") is timed
+in the same rounds, and the table gains the tuning time (the wall time
+between the log's first and last records of the model's tasks, pauses over
+10 minutes left out) and the runs after which the tuning has paid for
+itself against the default schedules.
 Writes experiments/out/bench_models.csv.
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -112,6 +119,23 @@ def peers(path: Path, name: str, threads: int, feeds: dict[str, np.ndarray]) -> 
     return {"fns": fns, "sess": sess, "torch_compile_s": compile_s}
 
 
+def tuning_seconds(log: str, task_keys: set[str], target: Any) -> float:
+    """Wall time the log's tuning of these tasks took: first to last record, less long pauses.
+
+    A pause of more than 10 minutes between two records (a resumed run) is
+    not counted.
+    """
+    from records import load
+
+    stamps = sorted(
+        r.timestamp
+        for r in load(log)
+        if r.target.kind == target.kind
+        and f"{r.workload.key}@{target.kind}/threads={r.target.threads}" in task_keys
+    )
+    return sum(b - a for a, b in itertools.pairwise(stamps) if b - a < 600)
+
+
 def bench(name: str, threads: int, rounds: int, log: str | None) -> dict[str, Any]:
     import warnings
 
@@ -137,7 +161,13 @@ def bench(name: str, threads: int, rounds: int, log: str | None) -> dict[str, An
     got = mod.run(feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3)
-    fns = {"tuner": lambda: mod.run(feeds), **p["fns"]}
+    fns = {"tuner": lambda: mod.run(feeds)}
+    if log is not None:  # the same model on default schedules, timed in the same rounds
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            default = tuner.compile_model(path, target=Target.from_name("cpu", num_threads=threads))
+        fns["default"] = lambda: default.run(feeds)
+    fns.update(p["fns"])
     times = medians(interleaved(fns, rounds=rounds))
     kernels = sum(plan.profile(list(feeds.values()), repeat=10))
     launches = len(plan.specs)
@@ -159,6 +189,11 @@ def bench(name: str, threads: int, rounds: int, log: str | None) -> dict[str, An
     # Break-even: runs until a compile pays for itself against the peer it beats.
     saving = times["onnxruntime"] - times["tuner"]
     row["breakeven_vs_ort_runs"] = round(cold["compile"] / saving) if saving > 0 else "never"
+    if log is not None:
+        keys = {u.key for u in plan.tasks()}
+        row["tuning_s"] = round(tuning_seconds(log, keys, plan.target), 1)
+        gain = times["default"] - times["tuner"]
+        row["tuning_breakeven_runs"] = round(row["tuning_s"] / gain) if gain > 0 else "never"
     if "torch_compile_s" in p:
         row["torch_compile_s"] = round(p["torch_compile_s"], 1)
         gain = times["torch"] - times["torch.compile"]
@@ -191,13 +226,20 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     cols = ["model", "threads", "tuner_ms", "onnxruntime_ms", "x_onnxruntime"]
+    cols += [c for c in ("tuned_tasks", "default_ms", "x_default") if c in fields and ns.log]
     cols += [
         c for c in ("torch_ms", "x_torch", "torch.compile_ms", "x_torch.compile") if c in fields
     ]
     cols += ["kernels", "per_launch_us", "cold_compile_s", "cached_compile_s"]
     cols += [
         c
-        for c in ("breakeven_vs_ort_runs", "torch_compile_s", "inductor_breakeven_runs")
+        for c in (
+            "breakeven_vs_ort_runs",
+            "tuning_s",
+            "tuning_breakeven_runs",
+            "torch_compile_s",
+            "inductor_breakeven_runs",
+        )
         if c in fields
     ]
     print("| " + " | ".join(cols) + " |")
