@@ -71,6 +71,14 @@ class BestRecords:
     def lookup(self, workload: Workload, target: Target) -> Record | None:
         return self.match(workload, target).record
 
+    def nearest(
+        self, workload: Workload, target: Target
+    ) -> Iterator[tuple[float, Workload, Match]]:
+        """Other shapes' best records, nearest first (see ``records.nearest``)."""
+        from records.nearest import nearest_matches
+
+        return nearest_matches(self.records, workload, target)
+
 
 _ACTIVE: contextvars.ContextVar[BestRecords | None] = contextvars.ContextVar(
     "tuner_best", default=None
@@ -158,6 +166,10 @@ def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
         _warn(RecordChoiceWarning, f"record for {task.workload.key}: {match.note}")
     record = match.record
     built = _from_record(task, record) if record is not None else None
+    if built is None and record is None and chosen is not None:
+        nearest = _from_nearest(task, chosen)
+        if nearest is not None:
+            return nearest
     if built is None:
         if chosen is not None and record is None:
             _warn(
@@ -169,6 +181,31 @@ def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
         return OpKernel(task.workload, _build(task, sched, tensors), config, None)
     sched, tensors, config, replayed = built
     return OpKernel(task.workload, _build(task, sched, tensors), config, record, replayed)
+
+
+def _from_nearest(task: Task, chosen: BestRecords) -> OpKernel | None:
+    """``task`` built with the config of the nearest tuned shape of its family that fits it.
+
+    A shape never tuned (another batch size or sequence length) starts from
+    its closest tuned neighbour rather than the default schedule; one
+    warning names the shape the record came from.
+    """
+    for distance, source, match in chosen.nearest(task.workload, task.target):
+        assert match.record is not None
+        try:
+            config = task.space.validate(match.record.config).to_json()
+            sched, tensors = task.schedule(config)
+        except (ConfigError, ScheduleError):
+            continue  # its knobs do not fit this shape: try the next nearest
+        note = f"; {match.note}" if match.note else ""
+        _warn(
+            RecordChoiceWarning,
+            f"record for {task.workload.key}: none of this shape; using the one tuned for "
+            f"{source.key} (shape distance {distance:.3g}){note}",
+            depth=2,
+        )
+        return OpKernel(task.workload, _build(task, sched, tensors), config, match.record)
+    return None
 
 
 def _build(task: Task, sched: Schedule, tensors: list[Tensor]) -> Kernel:

@@ -16,13 +16,15 @@ from tuner.workload import Workload
 from . import faulty_ops  # noqa: F401  (registers t_double)
 
 
-def write_log(path: Path, splits_and_seconds: list[tuple[int, float, str]]) -> None:
+def write_log(
+    path: Path, splits_and_seconds: list[tuple[int, float, str]], op: str = "t_double", N: int = 16
+) -> None:
     target = Target.from_name("cpu")
     with LogWriter(path) as log:
         for trial, (split, seconds, kind) in enumerate(splits_and_seconds):
             log.write(
                 Record.make(
-                    Workload.make("t_double", N=16),
+                    Workload.make(op, N=N),
                     target,
                     {"split": split},
                     samples=(seconds,) if kind == "ok" else (),
@@ -53,7 +55,7 @@ def test_logs_as_a_list_or_a_folder(tmp_path: Path) -> None:
 
 
 def test_an_untuned_workload_gets_its_default_and_one_warning(tmp_path: Path) -> None:
-    write_log(tmp_path / "a.jsonl", [(1, 3e-6, "ok")])
+    write_log(tmp_path / "a.jsonl", [(1, 3e-6, "ok")], op="t_wrong")  # no record of its family
     with (
         tuner.apply_best(tmp_path / "a.jsonl"),
         pytest.warns(tuner.UntunedWorkloadWarning) as caught,
@@ -154,3 +156,40 @@ def test_an_out_array_the_kernel_cannot_write_is_one_clear_error(make, message) 
     memory = np.ones(64, np.float32)  # an input that is part of out
     with pytest.raises(ValueError, match="out shares memory with input 0"):
         f(memory[:21].reshape(7, 3), b, out=memory[:35].reshape(7, 5))
+
+
+def test_a_shape_never_tuned_takes_the_nearest_tuned_shapes_record(tmp_path: Path) -> None:
+    write_log(tmp_path / "a.jsonl", [(1, 3e-6, "ok"), (4, 1e-6, "ok")], N=16)
+    write_log(tmp_path / "b.jsonl", [(2, 1e-6, "ok")], N=64)
+    write_log(tmp_path / "c.jsonl", [(4, 1e-6, "ok")], op="t_wrong", N=20)  # another family
+    with tuner.apply_best(tmp_path), pytest.warns(tuner.RecordChoiceWarning) as caught:
+        f = tuner.build_op("t_double", N=20)
+    assert f.config == {"split": 4} and f.record is not None
+    assert f.record.workload == Workload.make("t_double", N=16)
+    (warning,) = caught
+    assert "none of this shape; using the one tuned for t_double(N=16)" in str(warning.message)
+    assert "shape distance 1.25" in str(warning.message)
+    x = np.arange(20, dtype=np.float32)
+    np.testing.assert_array_equal(f(x), 2 * x)
+
+
+def test_a_nearer_record_whose_knobs_do_not_fit_is_passed_over(tmp_path: Path) -> None:
+    write_log(tmp_path / "a.jsonl", [(3, 1e-6, "ok")], N=16)  # 3 is no value of the knob
+    write_log(tmp_path / "b.jsonl", [(1, 1e-6, "ok")], N=64)
+    with tuner.apply_best(tmp_path), pytest.warns(tuner.RecordChoiceWarning, match="N=64"):
+        f = tuner.build_op("t_double", N=20)
+    assert f.config == {"split": 1}
+
+
+def test_shape_distance_is_the_product_of_ratios_within_one_family() -> None:
+    from records.nearest import shape_distance
+
+    def mm(**args: object) -> Workload:
+        return Workload.make("matmul", **{"M": 64, "N": 64, "K": 64, "dtype": "float32", **args})
+
+    assert shape_distance(mm(), mm()) == 1.0
+    assert shape_distance(mm(M=256), mm()) == shape_distance(mm(), mm(M=256)) == 4.0
+    assert shape_distance(mm(M=128, N=32), mm()) == 4.0
+    assert shape_distance(mm(dtype="int8"), mm()) is None, "another dtype is another family"
+    assert shape_distance(Workload.make("t_double", N=64), mm()) is None
+    assert shape_distance(mm(M=0), mm(M=1)) is None
