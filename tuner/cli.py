@@ -16,8 +16,10 @@ Errors a user can cause end in one line and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
+from typing import Any
 
 from .cli_options import add_search_flags, positive
 
@@ -34,29 +36,68 @@ def _kv(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _shapes(template: Any, items: list[str]) -> list[dict[str, str]]:
+    """``NAME=VALUE`` arguments, an integer argument's ``V1,V2,...`` expanded: one dict per shape.
+
+    Several lists give every combination, in the order they were typed.
+    """
+    kinds = {p.name: p.kind for p in template.params}
+    choices = []
+    for name, value in _kv(items).items():
+        values = value.split(",") if kinds.get(name) is int and "," in value else [value]
+        if any(not v for v in values):
+            raise ValueError(f"{name}={value}: a list of values takes no empty item")
+        choices.append([(name, v) for v in values])
+    return [dict(combo) for combo in itertools.product(*choices)]
+
+
 def cmd_tune(ns: argparse.Namespace) -> int:
     from rich.console import Console
 
     from search_spaces import get_operator
 
     from .cli_options import check_search_flags, tune_options
+    from .measure import Measurer
     from .progress import TuneDisplay
+    from .shared_model import SharedCostModel
+    from .target import Target
     from .tune import tune
 
     opts = tune_options(ns, transfer_from=tuple(ns.transfer_from), baseline=not ns.no_baseline)
     # Check what the user typed before drawing a progress bar.
     template = get_operator(ns.op)
-    parsed = template.parse_args(_kv(ns.args))
-    traffic = template.bytes_moved(parsed) if template.bytes_moved is not None else None
+    shapes = _shapes(template, ns.args)
+    parsed = [template.parse_args(args) for args in shapes]
     check_search_flags(ns)
     for path in ns.transfer_from:
         if not path.exists():
             raise FileNotFoundError(f"transfer log {path} does not exist")
     console = Console(stderr=True)
-    title = f"{ns.op} {' '.join(ns.args)}"
-    with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
-        result = tune(ns.op, _kv(ns.args), opts, progress=display.update)
-    display.summary(result, ns.log)
+    if len(shapes) == 1:
+        traffic = template.bytes_moved(parsed[0]) if template.bytes_moved is not None else None
+        title = f"{ns.op} {' '.join(ns.args)}"
+        with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
+            result = tune(ns.op, shapes[0], opts, progress=display.update)
+        display.summary(result, ns.log)
+        return 0
+    # Several shapes: one measurer, and one cost model that every shape teaches.
+    target = Target.from_name(ns.target, num_threads=ns.threads)
+    shared = SharedCostModel(opts.strategy, seed=opts.seed) if opts.strategy == "xgb" else None
+    console.print(f"{len(shapes)} shapes of {ns.op}, {ns.trials} trials each")
+    with Measurer(opts.measure, threads=target.threads) as measurer:
+        for i, (args, typed) in enumerate(zip(shapes, parsed, strict=True)):
+            traffic = template.bytes_moved(typed) if template.bytes_moved is not None else None
+            title = f"{ns.op} {' '.join(f'{k}={v}' for k, v in args.items())}"
+            with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
+                result = tune(
+                    ns.op,
+                    args,
+                    opts,
+                    progress=display.update,
+                    measurer=measurer,
+                    shared=(shared, i) if shared is not None else None,
+                )
+            display.summary(result, ns.log)
     return 0
 
 
@@ -185,11 +226,17 @@ def _parser() -> argparse.ArgumentParser:
         "tune", help="search an operator's schedules; append every measurement to a log"
     )
     p.add_argument("op", help="operator name (see 'tuner ops')")
-    p.add_argument("args", nargs="*", metavar="NAME=VALUE", help="operator arguments")
+    p.add_argument(
+        "args",
+        nargs="*",
+        metavar="NAME=VALUE",
+        help="operator arguments; an integer one may be a list (M=64,128,256): each shape is "
+        "tuned in turn, sharing the measurer and the cost model",
+    )
     add_search_flags(
         p,
         trials=64,
-        trials_help="candidates to measure",
+        trials_help="candidates to measure (per shape)",
         early_stopping_help="stop after N trials without improvement",
     )
     p.add_argument(

@@ -10,6 +10,7 @@ progress reports, the re-timing of the leaders and the NumPy baseline.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from .measure import MeasureOptions, Measurer, ReplayMeasurer
 from .search import Strategy, get_strategy
 from .search.storage import StorageError
 from .search.study import CLAIM_TIMEOUT
+from .shared_model import SharedCostModel, share_cost_model
 from .space import Config, ConfigError, ConfigSpace
 from .target import Target
 from .task import Task, TaskTuner
@@ -96,6 +98,8 @@ def tune(
     options: TuneOptions | None = None,
     progress: Callable[[TuneProgress], None] | None = None,
     replay: ReplayMeasurer | None = None,
+    measurer: Measurer | None = None,
+    shared: tuple[SharedCostModel, int] | None = None,
 ) -> TuneResult:
     """Search ``op_name``'s schedule space; every measurement is appended to ``options.log``.
 
@@ -111,6 +115,10 @@ def tune(
     rest of the budget claimed by others waits until those claims are
     measured or released. A storage that goes away raises ``StorageError``;
     the log keeps what was measured.
+
+    Tuning several shapes in one run, pass the same open ``measurer`` to
+    each call and ``shared=(model, i)``: shape ``i`` learns from, and
+    teaches, one cost model shared by all (``tuner.shared_model``).
     """
     from search_spaces import canonical_records
 
@@ -121,11 +129,17 @@ def tune(
     if replay is not None:
         space = space.restricted(replay.keys, "measured in the replayed log")
     strategy = task_strategy(task, space, opts)
+    if shared is not None:
+        share_cost_model(strategy, shared[0], shared[1], task)
     logged = load(opts.log, target_kind=target.kind) if opts.log.exists() else []
 
     start = time.monotonic()
     stopped = "trial budget reached"
-    runner = replay or Measurer(opts.measure, threads=target.threads)
+    runner: Any = (
+        replay
+        or (contextlib.nullcontext(measurer) if measurer is not None else None)
+        or Measurer(opts.measure, threads=target.threads)
+    )
     with runner as measurer, LogWriter(opts.log) as log:
         tuner = TaskTuner(task, strategy, measurer, log, canonical_records(logged), space)
         tuner.budget = opts.trials

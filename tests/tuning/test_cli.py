@@ -113,3 +113,30 @@ def test_tune_and_tune_model_take_the_same_search_flags(command: list[str]) -> N
     opts = tune_options(_parser().parse_args([*command, *flags]))
     assert (opts.claim_timeout, opts.retime, opts.measure.jobs, opts.batch) == (5.0, 0, 1, 4)
     assert (opts.storage, opts.early_stopping, opts.time_limit) == ("journal:x.log", 9, 30.0)
+
+
+def test_a_list_of_shapes_is_tuned_in_one_run(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from records import load
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["tune", "softmax", "M=4,6", "N=8,16", "--trials", "2", "--retime", "0"]
+    assert main([*argv, "--threads", "1", "--no-baseline", "--strategy", "random"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "4 shapes of softmax, 2 trials each" in err
+    keys = [r.workload.key for r in load(tmp_path / "tune.jsonl")]
+    shapes = [(M, N) for M in (4, 6) for N in (8, 16)]
+    assert sorted(set(keys)) == sorted(f"softmax(M={M},N={N})" for M, N in shapes)
+    assert all(keys.count(k) == 2 for k in set(keys))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["M=4,", "N=8"], "M=4,: a list of values takes no empty item"),
+        (["M=4,x", "N=8"], "softmax argument M must be"),
+    ],
+)
+def test_a_bad_list_of_shapes_is_one_line(args, message, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["tune", "softmax", *args]) != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

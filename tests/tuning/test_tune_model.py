@@ -243,3 +243,19 @@ def test_the_command_end_to_end_with_real_measurements(
     assert len([r for r in records if r.strategy != "retime"]) == 4
     assert all(r.ok for r in records), [r.error_msg for r in records if not r.ok]
     assert "estimated model latency" in " ".join(capsys.readouterr().err.split())
+
+
+def test_shapes_tuned_in_one_run_teach_one_cost_model(tmp_path: Path) -> None:
+    # What `tuner tune softmax M=4,6 N=8` does: one measurer, one shared model.
+    from tuner.tune import tune
+
+    shared, measurer = SharedCostModel("xgb", seed=0), Simulated()
+    log = tmp_path / "t.jsonl"
+    for i, M in enumerate((4, 6)):
+        args = {"M": M, "N": 64}
+        result = tune(
+            "softmax", args, opts(log, 12, strategy="xgb"), measurer=measurer, shared=(shared, i)
+        )
+        assert result.measured == 12
+    assert sorted(shared._data) == [0, 1], "each shape's observations went to the shared model"
+    assert len(measurer.seen) == 24
