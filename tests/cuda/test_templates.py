@@ -1,0 +1,71 @@
+"""The CUDA spaces of the templates: each default and a few random configs against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba.cuda", reason="the cuda extra (numba-cuda) is not installed")
+
+from search_spaces import OperatorError, get_operator
+from tuner.codegen import build
+from tuner.target import Target
+
+#: Tiny workloads, with extents that no tile divides.
+WORKLOADS = [
+    ("matmul", {"M": 13, "N": 11, "K": 7}),
+    ("matmul", {"M": 16, "N": 16, "K": 16, "trans_b": "true"}),
+    ("matmul", {"M": 5, "N": 9, "K": 33, "trans_a": "true"}),
+    ("softmax", {"M": 3, "N": 37}),
+    ("log_softmax", {"M": 2, "N": 20}),
+    ("elementwise_chain", {"n": 1000}),
+]
+
+
+def _check(name: str, raw: dict, cfg: dict, gpu: Target) -> None:  # type: ignore[type-arg]
+    op = get_operator(name)
+    args = op.parse_args(raw)
+    sched, tensors = op.schedule(op.space(args, gpu).validate(cfg), args, gpu)
+    kern = build(sched, tensors, target=gpu)
+    inputs = op.make_inputs(args, target=gpu)
+    out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
+    kern(*inputs, out)
+    np.testing.assert_allclose(out, op.reference(*inputs, **args), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "raw"), WORKLOADS, ids=lambda v: str(v))
+def test_default_and_random_configs_match_numpy(name, raw, gpu) -> None:  # type: ignore[no-untyped-def]
+    op = get_operator(name)
+    args = op.parse_args(raw)
+    space = op.space(args, gpu)
+    default = op.default_config(args, gpu)
+    _check(name, raw, default, gpu)
+    rng = np.random.default_rng(len(name) + len(raw))
+    for _ in range(3):
+        _check(name, raw, space.sample(rng).to_json(), gpu)
+
+
+def test_the_defaults_fill_a_block_for_large_workloads(gpu) -> None:  # type: ignore[no-untyped-def]
+    mm = get_operator("matmul")
+    cfg = mm.default_config(mm.parse_args({"M": 4096, "N": 4096, "K": 4096}), gpu)
+    assert (cfg["ty"] * cfg["ry"], cfg["tx"] * cfg["rx"], cfg["shared"]) == (64, 64, True)
+    sm = get_operator("softmax")
+    assert sm.default_config(sm.parse_args({"M": 8192, "N": 4096}), gpu) == {"threads": 256}
+
+
+def test_the_space_keeps_a_block_within_the_target() -> None:
+    small = Target.make("cuda", max_threads_per_block=64, max_shared_memory_per_block=1024)
+    op = get_operator("matmul")
+    args = op.parse_args({"M": 64, "N": 64, "K": 64})
+    rng = np.random.default_rng(0)
+    for cfg in op.space(args, small).sample_many(rng, 50):
+        assert cfg["ty"] * cfg["tx"] <= 64
+        rows, cols = cfg["ty"] * cfg["ry"], cfg["tx"] * cfg["rx"]
+        assert not cfg["shared"] or (rows + cols) * cfg["kc"] * 4 <= 1024
+
+
+def test_an_epilogue_has_no_gpu_schedule_yet(gpu) -> None:  # type: ignore[no-untyped-def]
+    op = get_operator("matmul")
+    args = op.parse_args({"M": 4, "N": 4, "K": 4, "epilogue": "relu"})
+    with pytest.raises(OperatorError, match="no GPU schedule yet"):
+        op.space(args, gpu)
