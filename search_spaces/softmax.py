@@ -56,7 +56,7 @@ from tuner.target import Target
 from tuner.te import Expr, Tensor
 
 from ._cuda import is_gpu
-from ._cuda import softmax as gpu
+from ._cuda import rows as gpu
 from ._target import resolve
 
 __all__ = [
@@ -311,7 +311,7 @@ def _schedule_of(
     cfg: Mapping[str, Any], args: Mapping[str, Any], target: Target, log: bool
 ) -> tuple[Schedule, list[Tensor]]:
     if is_gpu(target):
-        return gpu.schedule(cfg, args["M"], args["N"], log=log)
+        return gpu.softmax_schedule(cfg, args["M"], args["N"], log=log)
     return schedule(cfg, args["M"], args["N"], log=log)
 
 

@@ -18,6 +18,7 @@ WORKLOADS = [
     ("matmul", {"M": 5, "N": 9, "K": 33, "trans_a": "true"}),
     ("softmax", {"M": 3, "N": 37}),
     ("log_softmax", {"M": 2, "N": 20}),
+    ("layer_norm", {"M": 3, "N": 19}),
     ("elementwise_chain", {"n": 1000}),
 ]
 
