@@ -57,7 +57,12 @@ class Target:
     ``vector_bits`` and ``vector_lanes`` (float32 lanes of one vector register),
     ``vector_registers``, ``l1d_bytes`` and ``l2_bytes`` (the caches one core
     sees), ``l3_bytes``, ``cores``, ``model``, ``arch`` and ``threads`` (the
-    thread count kernels run with; not part of the fingerprint).
+    thread count kernels run with; not part of the fingerprint). On a CUDA
+    GPU (see ``cuda_target``) they are ``max_threads_per_block`` (what marks a
+    target as running GPU threads), ``max_block_dim_{x,y,z}``,
+    ``max_shared_memory_per_block``, ``max_registers_per_block``,
+    ``multiprocessors``, ``warp_size``, ``compute_capability``, ``model`` and
+    ``simulator``.
     """
 
     kind: str

@@ -27,7 +27,7 @@ from ...lower.gpu import GpuKernel, GpuProgram, gpu_program
 from ...lower.ir import Barrier, Buffer, For
 from ...lower.lower import LoweredFunc
 from ...lower.render import SourceRenderer
-from ...lower.simplify import simplify
+from ...lower.simplify import Linear, linear, render_linear, simplify
 from ...lower.visitor import substitute_stmt
 from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Var
@@ -86,7 +86,7 @@ class CudaRenderer(SourceRenderer):
         for i, extent in zip(reversed(idx), reversed(shape), strict=True):
             flat = flat + i * stride
             stride *= extent
-        return self.expr(simplify(flat))
+        return self.expr(simplify(render_linear(_recombine(linear(simplify(flat))))))
 
     # -- statements --------------------------------------------------------
     def loop(self, s: For) -> None:
@@ -114,6 +114,29 @@ class CudaRenderer(SourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         self.emit("cuda.syncthreads()")
+
+
+def _recombine(lin: Linear) -> Linear:
+    """``k*c*(e // c) + k*(e % c)`` back into ``k*e``, as long as such pairs remain.
+
+    A packed buffer's index splits a position into quotient and remainder
+    (a shared tile copied in rounds of the block's threads); flattened, the
+    parts add up to the position again, without the divisions.
+    """
+    while True:
+        for atom, k in lin.terms.items():
+            if not (isinstance(atom, Binary) and atom.op == "mod" and isinstance(atom.b, Const)):
+                continue
+            c = int(atom.b.value)
+            quotient = Binary("floordiv", atom.a, atom.b, atom.dtype)
+            if c > 0 and lin.terms.get(quotient) == k * c:
+                rest = Linear(
+                    {a: v for a, v in lin.terms.items() if a not in (atom, quotient)}, lin.const
+                )
+                lin = rest.add(linear(atom.a).scale(k))
+                break
+        else:
+            return lin
 
 
 def _binds(var: str, value: Expr):  # type: ignore[no-untyped-def]
