@@ -19,20 +19,22 @@ each block computes a ``(ty*ry) x (tx*rx)`` tile of ``C``::
                     C_local[ii, ji] += A_shared[ti*ry + ii, ki] * B_shared[ki, tj*rx + ji]
             C[...] = C_local               # guarded where the tile passes the edge
 
-Without ``shared`` the threads read A and B from global memory. The knobs are
+Without ``shared`` the threads read A and B from global memory. A fused
+epilogue (bias, activation, residual) is applied by each thread to its
+register tile as it is stored (see :func:`schedule`). The knobs are
 the thread and register tiles, the k tile and the unrolling; constraints keep
 the block within the target's threads and shared memory per block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tuner import te
-from tuner.schedule import Schedule
+from tuner.schedule import AxisRef, Schedule
 from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
@@ -120,32 +122,66 @@ def cooperative_copy(s: Schedule, T: Tensor, ty: int, tx: int) -> None:
     s[T].bind(fx, "threadIdx.x")
 
 
+def _thread_tiles(
+    s: Schedule, T: Tensor, ty: int, tx: int, ry: int, rx: int
+) -> tuple[AxisRef, AxisRef, AxisRef, AxisRef]:
+    """``T``'s rows and columns as blocks of ``ty x tx`` threads of ``ry x rx`` each, bound.
+
+    Returns the thread's column loop and its ``ry x rx`` loops (and leaves the
+    reduction, if any, innermost: the caller places it).
+    """
+    i, j = s[T].op.axis
+    bi, ri = s[T].split(i, factor=ty * ry)
+    ti, ii = s[T].split(ri, factor=ry)
+    bj, rj = s[T].split(j, factor=tx * rx)
+    tj, ji = s[T].split(rj, factor=rx)
+    s[T].reorder(bi, bj, ti, tj, ii, ji)
+    s[T].bind(bi, "blockIdx.y")
+    s[T].bind(bj, "blockIdx.x")
+    s[T].bind(ti, "threadIdx.y")
+    s[T].bind(tj, "threadIdx.x")
+    return tj, ii, ji, bj
+
+
 def schedule(
-    cfg: Mapping[str, Any], A: Tensor, B: Tensor, C: Tensor
+    cfg: Mapping[str, Any],
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    extras: Sequence[Tensor] = (),
+    Y: Tensor | None = None,
 ) -> tuple[Schedule, list[Tensor]]:
-    """The schedule of ``C = A @ B`` (any of its transposed forms) for ``cfg``."""
+    """The schedule of ``C = A @ B`` (any of its transposed forms) for ``cfg``.
+
+    With an epilogue ``Y = f(C, extras)``, ``Y`` takes the block and thread
+    tiles and each thread computes its ``ry x rx`` piece of ``C`` (in its own
+    registers, the k loop outermost so that every thread reaches the shared
+    tiles' barriers) just before applying the epilogue to it.
+    """
     ty, tx, ry, rx, kc = (int(cfg[k]) for k in ("ty", "tx", "ry", "rx", "kc"))
-    s = te.create_schedule(C)
-    i, j = s[C].op.axis
+    s = te.create_schedule(Y if Y is not None else C)
     (k,) = s[C].op.reduce_axis
-    bi, ri = s[C].split(i, factor=ty * ry)
-    ti, ii = s[C].split(ri, factor=ry)
-    bj, rj = s[C].split(j, factor=tx * rx)
-    tj, ji = s[C].split(rj, factor=rx)
-    ko, ki = s[C].split(k, factor=kc)
-    s[C].reorder(bi, bj, ti, tj, ko, ki, ii, ji)
-    s[C].bind(bi, "blockIdx.y")
-    s[C].bind(bj, "blockIdx.x")
-    s[C].bind(ti, "threadIdx.y")
-    s[C].bind(tj, "threadIdx.x")
-    CL = s.cache_write(C, "local")
-    s[CL].compute_at(s[C], tj)
+    if Y is None:
+        tj, ii, ji, _ = _thread_tiles(s, C, ty, tx, ry, rx)
+        ko, ki = s[C].split(k, factor=kc)
+        s[C].reorder(ko, ki, ii, ji)
+        CL = s.cache_write(C, "local")
+        s[CL].compute_at(s[C], tj)
+        unrolled = [ii, ji]
+    else:
+        tj, yi, yj, _ = _thread_tiles(s, Y, ty, tx, ry, rx)
+        s[C].compute_at(s[Y], tj)
+        ko, ki = s[C].split(k, factor=kc)
+        ci, cj = s[C].op.axis
+        s[C].reorder(ko, ki, ci, cj)
+        unrolled = [yi, yj]
     if cfg["shared"]:
         for T in (A, B):
             TS = s.cache_read(T, "shared", [C])
             s[TS].compute_at(s[C], ko)
             cooperative_copy(s, TS, ty, tx)
     if cfg["unroll"]:
-        s[C].unroll(ii)
-        s[C].unroll(ji)
-    return s, [A, B, C]
+        stage = C if Y is None else Y
+        for ax in unrolled:
+            s[stage].unroll(ax)
+    return s, [A, B, *extras, Y if Y is not None else C]

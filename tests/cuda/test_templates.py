@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("numba.cuda", reason="the cuda extra (numba-cuda) is not installed")
 
-from search_spaces import OperatorError, get_operator
+from search_spaces import get_operator
 from tuner.codegen import build
 from tuner.target import Target
 
@@ -16,6 +16,8 @@ WORKLOADS = [
     ("matmul", {"M": 13, "N": 11, "K": 7}),
     ("matmul", {"M": 16, "N": 16, "K": 16, "trans_b": "true"}),
     ("matmul", {"M": 5, "N": 9, "K": 33, "trans_a": "true"}),
+    ("matmul", {"M": 13, "N": 11, "K": 7, "epilogue": "add@c;relu"}),
+    ("matmul", {"M": 6, "N": 10, "K": 5, "epilogue": "add@f;tanh", "channels": "rows"}),
     ("softmax", {"M": 3, "N": 37}),
     ("log_softmax", {"M": 2, "N": 20}),
     ("layer_norm", {"M": 3, "N": 19}),
@@ -65,8 +67,10 @@ def test_the_space_keeps_a_block_within_the_target() -> None:
         assert not cfg["shared"] or (rows + cols) * cfg["kc"] * 4 <= 1024
 
 
-def test_an_epilogue_has_no_gpu_schedule_yet(gpu) -> None:  # type: ignore[no-untyped-def]
+def test_an_epilogue_is_applied_to_each_thread_s_register_tile(gpu) -> None:  # type: ignore[no-untyped-def]
     op = get_operator("matmul")
-    args = op.parse_args({"M": 4, "N": 4, "K": 4, "epilogue": "relu"})
-    with pytest.raises(OperatorError, match="no GPU schedule yet"):
-        op.space(args, gpu)
+    args = op.parse_args({"M": 8, "N": 8, "K": 4, "epilogue": "add@c;relu"})
+    sched, tensors = op.schedule(op.default_config(args, gpu), args, gpu)
+    source = build(sched, tensors, target=gpu).source
+    assert "C = cuda.local.array(" in source  # the product never reaches device memory
+    assert [t.name for t in tensors][-1] == "Y"
