@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
 import platform
 from collections.abc import Callable, Mapping
@@ -58,7 +59,7 @@ class Target:
     ``vector_registers``, ``l1d_bytes`` and ``l2_bytes`` (the caches one core
     sees), ``l3_bytes``, ``cores``, ``model``, ``arch`` and ``threads`` (the
     thread count kernels run with; not part of the fingerprint). On a CUDA
-    GPU (see ``cuda_target``) they are ``max_threads_per_block`` (what marks a
+    GPU (see ``tuner.codegen.cuda.device``) they are ``max_threads_per_block`` (what marks a
     target as running GPU threads), ``max_block_dim_{x,y,z}``,
     ``max_shared_memory_per_block``, ``max_registers_per_block``,
     ``multiprocessors``, ``warp_size``, ``compute_capability``, ``model`` and
@@ -191,10 +192,12 @@ class Target:
     @classmethod
     def from_name(cls, name: str, **options: Any) -> Target:
         """Detect the target ``name`` ("cpu", "cuda") on this machine."""
+        if name not in _REGISTRY and name in _PLUGINS:
+            importlib.import_module(_PLUGINS[name])
         try:
             factory = _REGISTRY[name]
         except KeyError:
-            known = ", ".join(sorted(_REGISTRY))
+            known = ", ".join(target_kinds())
             raise TargetError(f"unknown target {name!r}; known targets: {known}") from None
         return factory(**options)
 
@@ -204,6 +207,9 @@ class Target:
 
 
 _REGISTRY: dict[str, Callable[..., Target]] = {}
+#: Targets whose detection needs a backend's libraries, by the module that registers them:
+#: imported on first use (the CUDA GPU is asked through numba-cuda).
+_PLUGINS = {"cuda": "tuner.codegen.cuda.device"}
 
 
 def register_target(name: str) -> Callable[[Callable[..., Target]], Callable[..., Target]]:
@@ -217,7 +223,8 @@ def register_target(name: str) -> Callable[[Callable[..., Target]], Callable[...
 
 
 def target_kinds() -> list[str]:
-    return sorted(_REGISTRY)
+    """Target names known here: registered ones and the built-in plugins, loaded or not."""
+    return sorted(set(_REGISTRY) | set(_PLUGINS))
 
 
 def _fingerprint(caps: Mapping[str, CapValue]) -> str:
@@ -331,88 +338,3 @@ def cpu_target(num_threads: int | None = None) -> Target:
     fingerprint = _fingerprint({k: caps[k] for k in _IDENTITY})
     caps["threads"] = int(num_threads or caps["cores"])
     return Target("cpu", tuple(sorted(caps.items())), fingerprint)
-
-
-# -- CUDA GPUs ----------------------------------------------------------------------------------
-
-#: What the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) is taken to be: the per-block limits
-#: of every GPU since compute capability 3.0 (1024 threads, 48 KiB of static shared memory,
-#: 64 Ki registers, warps of 32), one multiprocessor, and the compute capability the simulator
-#: itself reports. Timings on it measure Python threads, not a GPU.
-SIMULATOR_CAPABILITIES: dict[str, CapValue] = {
-    "model": "CUDA simulator",
-    "max_threads_per_block": 1024,
-    "max_block_dim_x": 1024,
-    "max_block_dim_y": 1024,
-    "max_block_dim_z": 64,
-    "max_shared_memory_per_block": 48 * 1024,
-    "max_registers_per_block": 64 * 1024,
-    "multiprocessors": 1,
-    "warp_size": 32,
-    "compute_capability": "5.2",
-    "simulator": True,
-}
-
-#: Device attributes (``CU_DEVICE_ATTRIBUTE_<NAME>``) read into capabilities.
-_CUDA_ATTRIBUTES = {
-    "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
-    "max_block_dim_x": "MAX_BLOCK_DIM_X",
-    "max_block_dim_y": "MAX_BLOCK_DIM_Y",
-    "max_block_dim_z": "MAX_BLOCK_DIM_Z",
-    "max_shared_memory_per_block": "MAX_SHARED_MEMORY_PER_BLOCK",
-    "max_registers_per_block": "MAX_REGISTERS_PER_BLOCK",
-    "multiprocessors": "MULTIPROCESSOR_COUNT",
-    "warp_size": "WARP_SIZE",
-}
-
-
-def cuda_simulator_requested() -> bool:
-    """Whether Numba runs CUDA kernels on its simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
-    try:
-        from numba.core import config
-    except ImportError:
-        return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-    return bool(getattr(config, "ENABLE_CUDASIM", 0))
-
-
-def _numba_cuda() -> Any:
-    """``numba.cuda``, or one clear TargetError naming what is missing."""
-    try:
-        from numba import cuda
-    except ImportError as exc:
-        raise TargetError(
-            f"the cuda target needs numba-cuda (pip install -e '.[cuda]'): {exc}"
-        ) from None
-    return cuda
-
-
-@register_target("cuda")
-def cuda_target(num_threads: int | None = None) -> Target:
-    """The current CUDA device, or the simulator's fixed capabilities under ``NUMBA_ENABLE_CUDASIM=1``.
-
-    Capabilities: ``max_threads_per_block`` (and the per-dimension limits),
-    ``max_shared_memory_per_block`` (bytes), ``max_registers_per_block``,
-    ``multiprocessors``, ``warp_size``, ``compute_capability`` and ``model``;
-    the fingerprint covers them all. ``num_threads`` (host threads) means
-    nothing to a GPU and is ignored. Neither a GPU nor the simulator: a
-    ``TargetError`` in one line.
-    """
-    cuda = _numba_cuda()
-    if cuda_simulator_requested():
-        caps = dict(SIMULATOR_CAPABILITIES)
-        return Target("cuda", tuple(sorted(caps.items())), _fingerprint(caps))
-    try:
-        available = bool(cuda.is_available())
-    except Exception:  # a broken driver install raises instead of answering
-        available = False
-    if not available:
-        raise TargetError(
-            "no CUDA GPU is available on this machine (numba.cuda.is_available() is False);"
-            " set NUMBA_ENABLE_CUDASIM=1 to run CUDA kernels on Numba's simulator"
-        )
-    dev = cuda.get_current_device()
-    caps = {name: int(getattr(dev, attr)) for name, attr in _CUDA_ATTRIBUTES.items()}
-    major, minor = dev.compute_capability
-    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    caps.update({"compute_capability": f"{major}.{minor}", "model": name, "simulator": False})
-    return Target("cuda", tuple(sorted(caps.items())), _fingerprint(caps))

@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("numba.cuda", reason="the cuda extra (numba-cuda) is not installed")
 
-from tuner.target import SIMULATOR_CAPABILITIES, Target
+from tuner.codegen.cuda.device import SIMULATOR_CAPABILITIES
+from tuner.target import Target
 
 
 def test_simulator_capabilities_are_the_documented_ones(gpu: Target) -> None:

@@ -5,5 +5,6 @@ runs the same kernels on Numba's simulator.
 """
 
 from .backend import CudaKernel, CudaTimer, NumbaCudaBackend
+from .device import SIMULATOR_CAPABILITIES, cuda_target
 
-__all__ = ["CudaKernel", "CudaTimer", "NumbaCudaBackend"]
+__all__ = ["SIMULATOR_CAPABILITIES", "CudaKernel", "CudaTimer", "NumbaCudaBackend", "cuda_target"]

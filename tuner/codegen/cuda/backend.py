@@ -32,7 +32,7 @@ from ...lower.gpu import GpuProgram, gpu_program
 from ...lower.ir import Store
 from ...lower.lower import LoweredFunc
 from ...lower.visitor import walk_stmts
-from ...target import Target, TargetError, cuda_simulator_requested
+from ...target import Target
 from ..backend import (
     Backend,
     BuildOptions,
@@ -44,6 +44,7 @@ from ..backend import (
     check_no_overlap,
     register_backend,
 )
+from .device import cuda_simulator_requested, numba_cuda
 from .source import render
 
 __all__ = ["CudaKernel", "CudaTimer", "NumbaCudaBackend"]
@@ -63,13 +64,7 @@ from numba import cuda
 
 
 def _cuda() -> Any:
-    try:
-        from numba import cuda
-    except ImportError as exc:
-        raise TargetError(
-            f"the cuda backend needs numba-cuda (pip install -e '.[cuda]'): {exc}"
-        ) from None
-    return cuda
+    return numba_cuda()
 
 
 def _launch_errors() -> tuple[type[BaseException], ...]:
