@@ -24,6 +24,9 @@ WORKLOADS = [
     ("log_softmax", {"M": 2, "N": 20}),
     ("layer_norm", {"M": 3, "N": 19}),
     ("elementwise_chain", {"n": 1000}),
+    ("reduce_sum", {"M": 3, "N": 45}),
+    ("reduce_max", {"M": 4, "N": 7, "axis": "0"}),
+    ("reduce_mean", {"M": 5, "N": 33, "axis": "0"}),
 ]
 
 
