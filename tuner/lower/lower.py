@@ -19,6 +19,15 @@ readers (``_NestBuilder._region_in_loop``)::
         e[0, j] = exp(x[i, j] - mx[0]) # sized by out's and s's reads: one row
         s[0] = sum_k e[0, k]
         out[i, j] = e[0, j] / s[0]
+
+Loops bound to GPU indices lower the same way, with three differences that
+follow from the schedule, not the target: a bound loop keeps its whole
+extent and guards its stores instead (every thread of a block must reach the
+block's barriers); a buffer in a block's shared memory (a ``"shared"`` cache,
+or an intermediate whose own loops are bound to threads) is sized over the
+enclosing thread-bound loops too, for the whole block; and its nest is fenced
+by barriers. ``tuner.lower.gpu`` splits the result into kernels and checks
+it against a GPU target's limits.
 """
 
 from __future__ import annotations

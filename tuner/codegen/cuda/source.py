@@ -7,7 +7,8 @@ loop covers fewer threads than the launch has. Buffers are flat, indexed
 with constant strides; those allocated inside a kernel are declared at its
 top, ``cuda.shared.array`` for a block's shared memory and
 ``cuda.local.array`` for each thread's own. A barrier is
-``cuda.syncthreads()``. ``unroll`` loops are unrolled in the source.
+``cuda.syncthreads()``. ``unroll`` loops (and loops of one iteration) are
+unrolled in the source.
 ``cuda`` is a module-level name, so Numba's simulator can swap in its own::
 
     @cuda.jit(numba.void(numba.float32[::1], numba.float32[::1]))
@@ -99,7 +100,8 @@ class CudaRenderer(SourceRenderer):
             else:
                 self.visit(s.body)
             return
-        if s.kind == "unroll" and isinstance(s.extent, Const):
+        once = isinstance(s.extent, Const) and int(s.extent.value) == 1
+        if (s.kind == "unroll" or once) and isinstance(s.extent, Const):
             for k in range(int(s.extent.value)):
                 self.visit(substitute_stmt(s.body, _binds(s.var, Const(k)), simplify))
             return
