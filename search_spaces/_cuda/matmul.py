@@ -125,17 +125,20 @@ def cooperative_copy(s: Schedule, T: Tensor, ty: int, tx: int) -> None:
 def _thread_tiles(
     s: Schedule, T: Tensor, ty: int, tx: int, ry: int, rx: int
 ) -> tuple[AxisRef, AxisRef, AxisRef, AxisRef]:
-    """``T``'s rows and columns as blocks of ``ty x tx`` threads of ``ry x rx`` each, bound.
+    """``T``'s rows and columns as blocks of ``ty x tx`` threads of ``ry x rx`` each, bound
+    (and its leading batch axes, if any, on the grid's z).
 
     Returns the thread's column loop and its ``ry x rx`` loops (and leaves the
     reduction, if any, innermost: the caller places it).
     """
-    i, j = s[T].op.axis
+    *batch, i, j = s[T].op.axis
     bi, ri = s[T].split(i, factor=ty * ry)
     ti, ii = s[T].split(ri, factor=ry)
     bj, rj = s[T].split(j, factor=tx * rx)
     tj, ji = s[T].split(rj, factor=rx)
-    s[T].reorder(bi, bj, ti, tj, ii, ji)
+    s[T].reorder(*batch, bi, bj, ti, tj, ii, ji)
+    if batch:  # one batch (a matrix of a batched matmul) per z of the grid
+        s[T].bind(s[T].fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.z")
     s[T].bind(bi, "blockIdx.y")
     s[T].bind(bj, "blockIdx.x")
     s[T].bind(ti, "threadIdx.y")
@@ -151,7 +154,7 @@ def schedule(
     extras: Sequence[Tensor] = (),
     Y: Tensor | None = None,
 ) -> tuple[Schedule, list[Tensor]]:
-    """The schedule of ``C = A @ B`` (any of its transposed forms) for ``cfg``.
+    """The schedule of ``C = A @ B`` (any of its transposed forms, or a batch of them) for ``cfg``.
 
     With an epilogue ``Y = f(C, extras)``, ``Y`` takes the block and thread
     tiles and each thread computes its ``ry x rx`` piece of ``C`` (in its own
@@ -172,8 +175,7 @@ def schedule(
         tj, yi, yj, _ = _thread_tiles(s, Y, ty, tx, ry, rx)
         s[C].compute_at(s[Y], tj)
         ko, ki = s[C].split(k, factor=kc)
-        ci, cj = s[C].op.axis
-        s[C].reorder(ko, ki, ci, cj)
+        s[C].reorder(ko, ki, *s[C].op.axis)
         unrolled = [yi, yj]
     if cfg["shared"]:
         for T in (A, B):

@@ -18,6 +18,8 @@ WORKLOADS = [
     ("matmul", {"M": 5, "N": 9, "K": 33, "trans_a": "true"}),
     ("matmul", {"M": 13, "N": 11, "K": 7, "epilogue": "add@c;relu"}),
     ("matmul", {"M": 6, "N": 10, "K": 5, "epilogue": "add@f;tanh", "channels": "rows"}),
+    ("batch_matmul", {"B": 3, "M": 5, "N": 6, "K": 7, "trans_b": "true"}),
+    ("batch_matmul", {"B": 2, "M": 4, "N": 9, "K": 3, "epilogue": "add@c;relu"}),
     ("dense", {"batch": 3, "in_features": 9, "out_features": 10, "activation": "gelu"}),
     ("dense", {"batch": 4, "in_features": 5, "out_features": 6, "bias": "false"}),
     ("softmax", {"M": 3, "N": 37}),
