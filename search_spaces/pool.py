@@ -60,6 +60,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import is_gpu
+from ._cuda import pool as gpu
 from ._target import resolve
 from .reduce import PARALLEL_MIN_BYTES
 
@@ -393,19 +395,31 @@ _NCHW = (
 )
 
 
+def _pixels(args: Mapping[str, Any]) -> int:
+    """Output pixels of one plane."""
+    oh, ow = out_size(args)
+    return oh * ow
+
+
 def _operator(kind: str) -> Operator:
     """The registry entry of ``<kind>_pool2d``; its callables take the parsed arguments."""
     from . import Operator, Param
 
     def space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+        if is_gpu(target):
+            return gpu.config_space(_pixels(a), target)
         return config_space(kind, a, target)
 
     def sched(
         cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
     ) -> tuple[Schedule, list[Tensor]]:
+        if is_gpu(target):
+            return gpu.schedule(cfg, *_stages(kind, a))
         return schedule(cfg, kind, a)
 
     def default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        if is_gpu(target):
+            return gpu.default_config(_pixels(a), target)
         return default_config(kind, a, target)
 
     def ref(x: np.ndarray, **args: Any) -> np.ndarray:
