@@ -41,6 +41,19 @@ def test_too_many_threads_along_z(gpu) -> None:  # type: ignore[no-untyped-def]
         _lower(s, [X, Y], gpu)
 
 
+def test_too_many_blocks_along_y(gpu) -> None:  # type: ignore[no-untyped-def]
+    X = te.placeholder((70000,), "float32", name="X")
+    Y = te.compute((70000,), lambda i: X[i] + 1.0, name="Y")
+    s = te.create_schedule(Y)
+    s[Y].bind(s[Y].op.axis[0], "blockIdx.y")
+    with pytest.raises(
+        tuner.ScheduleError,
+        match=r"^bind\(stage='Y', axis='i', thread='blockIdx.y'\): the grid would have 70000 "
+        "blocks along y, more than the 65535",
+    ):
+        _lower(s, [X, Y], gpu)
+
+
 def test_too_much_shared_memory_per_block(gpu) -> None:  # type: ignore[no-untyped-def]
     inputs, C, _ = matmul(128, 128, 128)
     s = te.create_schedule(C)

@@ -10,7 +10,8 @@ the kernels; those allocated inside a kernel are a block's ``shared`` memory
 or each thread's own (``local``) arrays.
 
 ``check_gpu`` refuses, before anything is built, what would fail to launch or
-race: too many threads or too much shared memory per block, an index bound
+race: too many threads or too much shared memory per block, too many blocks
+along a dimension of the grid, an index bound
 twice on one path (unless the inner loop is a cooperative copy into shared
 memory), a bound loop writing memory its iterations do not share, and a
 shared buffer whose barriers not every thread of the block reaches.
@@ -180,6 +181,16 @@ class _Checker:
                 _fail(
                     _bind_step(self.trace, loop),
                     f"{n} threads along {axis}, more than the {most} of target {t}",
+                )
+        blocks = [x for x in loops if x.kind.value.startswith("blockIdx.")]
+        for axis, n in zip(_AXES, k.grid, strict=True):
+            most = int(t.get(f"max_grid_dim_{axis}", 0))
+            if most and n > most:
+                loop = next(x for x in blocks if x.kind.value.endswith(axis))
+                _fail(
+                    _bind_step(self.trace, loop),
+                    f"the grid would have {n} blocks along {axis}, more than the {most} of "
+                    f"target {t}; bind the larger loop to blockIdx.x",
                 )
 
     def visit(

@@ -18,7 +18,7 @@ __all__ = ["SIMULATOR_CAPABILITIES", "cuda_simulator_requested", "cuda_target"]
 
 #: What the CUDA simulator is taken to be: the per-block limits of every GPU since compute
 #: capability 3.0 (1024 threads, 48 KiB of static shared memory, 64 Ki registers, warps of
-#: 32), one multiprocessor, and the compute capability the simulator itself reports.
+#: 32, grids of 2**31 - 1 x 65535 x 65535 blocks), one multiprocessor, and the compute capability the simulator itself reports.
 #: Timings on it measure Python threads, not a GPU.
 SIMULATOR_CAPABILITIES: dict[str, CapValue] = {
     "model": "CUDA simulator",
@@ -26,6 +26,9 @@ SIMULATOR_CAPABILITIES: dict[str, CapValue] = {
     "max_block_dim_x": 1024,
     "max_block_dim_y": 1024,
     "max_block_dim_z": 64,
+    "max_grid_dim_x": 2**31 - 1,
+    "max_grid_dim_y": 65535,
+    "max_grid_dim_z": 65535,
     "max_shared_memory_per_block": 48 * 1024,
     "max_registers_per_block": 64 * 1024,
     "multiprocessors": 1,
@@ -40,6 +43,9 @@ _ATTRIBUTES = {
     "max_block_dim_x": "MAX_BLOCK_DIM_X",
     "max_block_dim_y": "MAX_BLOCK_DIM_Y",
     "max_block_dim_z": "MAX_BLOCK_DIM_Z",
+    "max_grid_dim_x": "MAX_GRID_DIM_X",
+    "max_grid_dim_y": "MAX_GRID_DIM_Y",
+    "max_grid_dim_z": "MAX_GRID_DIM_Z",
     "max_shared_memory_per_block": "MAX_SHARED_MEMORY_PER_BLOCK",
     "max_registers_per_block": "MAX_REGISTERS_PER_BLOCK",
     "multiprocessors": "MULTIPROCESSOR_COUNT",
@@ -74,7 +80,8 @@ def numba_cuda() -> Any:
 def cuda_target(num_threads: int | None = None) -> Target:
     """The current CUDA device, or the simulator's fixed capabilities.
 
-    Capabilities: ``max_threads_per_block`` (and the per-dimension limits),
+    Capabilities: ``max_threads_per_block`` (and the per-dimension limits of a
+    block, ``max_block_dim_*``, and of the grid, ``max_grid_dim_*``),
     ``max_shared_memory_per_block`` (bytes), ``max_registers_per_block``,
     ``multiprocessors``, ``warp_size``, ``compute_capability``, ``model`` and
     ``simulator``; the fingerprint covers them all. ``num_threads`` (host
