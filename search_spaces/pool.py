@@ -466,10 +466,20 @@ def _register() -> None:
             name="global_avg_pool2d",
             doc="mean of each H x W plane of an NCHW float32 tensor, as Y[N, C, 1, 1]",
             params=tuple(Param(name, int, doc=doc) for name, doc in _NCHW),
-            space=lambda a, target: global_config_space(a["N"], a["C"], a["H"], a["W"], target),
-            schedule=lambda cfg, a, target: global_schedule(cfg, a["N"], a["C"], a["H"], a["W"]),
-            default_config=lambda a, target: global_default_config(
-                a["N"], a["C"], a["H"], a["W"], target
+            space=lambda a, target: (
+                gpu.global_config_space(a["W"], target)
+                if is_gpu(target)
+                else global_config_space(a["N"], a["C"], a["H"], a["W"], target)
+            ),
+            schedule=lambda cfg, a, target: (
+                gpu.global_schedule(cfg, *_global_stages(a["N"], a["C"], a["H"], a["W"]))
+                if is_gpu(target)
+                else global_schedule(cfg, a["N"], a["C"], a["H"], a["W"])
+            ),
+            default_config=lambda a, target: (
+                gpu.global_default_config(a["W"], target)
+                if is_gpu(target)
+                else global_default_config(a["N"], a["C"], a["H"], a["W"], target)
             ),
             reference=_global_reference,
             flops=lambda a: float(a["N"] * a["C"] * a["H"] * a["W"]),

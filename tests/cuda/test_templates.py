@@ -40,6 +40,7 @@ WORKLOADS = [
     ("depthwise_conv2d", {"N": 1, "C": 3, "H": 7, "W": 6, "pad": 1, "epilogue": "relu"}),
     ("max_pool2d", {"N": 1, "C": 2, "H": 7, "W": 7, "kernel": 3, "stride": 2, "pad": 1}),
     ("avg_pool2d", {"N": 2, "C": 1, "H": 6, "W": 5, "kernel": 2}),
+    ("global_avg_pool2d", {"N": 2, "C": 3, "H": 4, "W": 13}),
     ("softmax", {"M": 3, "N": 37}),
     ("log_softmax", {"M": 2, "N": 20}),
     ("layer_norm", {"M": 3, "N": 19}),
