@@ -16,7 +16,7 @@ twice on one path (unless the inner loop is a cooperative copy into shared
 memory), a bound loop writing memory its iterations do not share, and a
 shared buffer whose barriers not every thread of the block reaches.
 
->>> program = gpu_program(tuner.lower(s, [A, B, C]))
+>>> program = gpu_program(tuner.lower(s, [A, B, C]).body)
 >>> program.kernels[0].grid, program.kernels[0].block
 ((4, 4, 1), (16, 16, 1))
 """
@@ -203,7 +203,7 @@ class _Checker:
     ) -> None:
         """``bound``: enclosing bound loops; ``divergent``: variables that differ between a
         block's threads; ``why``: what makes this statement run on some threads only (empty:
-        all reach it); ``outside``: kernel buffers allocated outside the innermost bound loop."""
+        all reach it); ``outside``: the kernel's buffers allocated around this statement."""
         if isinstance(s, Seq):
             for k, child in enumerate(s.body):
                 if isinstance(child, Barrier) and why:
