@@ -39,6 +39,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import is_gpu
+from ._cuda import matmul as gpu
 from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
 from ._epilogue import parse as parse_epilogue
 from ._gemm import (
@@ -155,6 +157,16 @@ def schedule(
     return s, [A, B, *extras, Y]
 
 
+def _gpu_schedule(cfg: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Schedule, list[Tensor]]:
+    """The GPU matmul nest (``search_spaces._cuda.matmul``), a batch per z of the grid."""
+    A, B, C = define(a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"])
+    steps = parse_epilogue(_epi(a))
+    if not steps:
+        return gpu.schedule(cfg, A, B, C)
+    extras, Y = output_stage(C, steps)
+    return gpu.schedule(cfg, A, B, C, extras, Y)
+
+
 def _register() -> None:
     from . import Operator, Param, register_operator
 
@@ -172,14 +184,22 @@ def _register() -> None:
                 Param("trans_b", bool, False, doc="B is given as B x N x K (C = A @ B.T)"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),
             ),
-            space=lambda a, target: config_space(
-                a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], target
+            space=lambda a, target: (
+                gpu.config_space(a["M"], a["N"], a["K"], a["dtype"], target)
+                if is_gpu(target)
+                else config_space(a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], target)
             ),
-            schedule=lambda cfg, a, target: schedule(
-                cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], _epi(a)
+            schedule=lambda cfg, a, target: (
+                _gpu_schedule(cfg, a)
+                if is_gpu(target)
+                else schedule(
+                    cfg, a["B"], a["M"], a["N"], a["K"], a["dtype"], a["trans_b"], _epi(a)
+                )
             ),
-            default_config=lambda a, target: default_config(
-                a["B"], a["M"], a["N"], a["K"], a["dtype"], target
+            default_config=lambda a, target: (
+                gpu.default_config(a["M"], a["N"], a["K"], target)
+                if is_gpu(target)
+                else default_config(a["B"], a["M"], a["N"], a["K"], a["dtype"], target)
             ),
             reference=_registry_reference,
             flops=lambda a: flops(a["B"], a["M"], a["N"], a["K"], _epi(a)),

@@ -56,6 +56,8 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._cuda import conv2d as gpu
+from ._cuda import is_gpu
 from ._epilogue import NONE, PARAM_DOC, Epilogue
 from ._epilogue import parse as parse_epilogue
 from ._gemm import accumulator_budget
@@ -580,9 +582,21 @@ def _register() -> None:
                 Param("activation", str, "none", ("none", "relu"), doc="fused epilogue"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),
             ),
-            space=lambda a, target: config_space(Conv2d.from_args(a), target),
-            schedule=lambda cfg, a, target: schedule(cfg, Conv2d.from_args(a), target),
-            default_config=lambda a, target: default_config(Conv2d.from_args(a), target),
+            space=lambda a, target: (
+                gpu.config_space(Conv2d.from_args(a), target)
+                if is_gpu(target)
+                else config_space(Conv2d.from_args(a), target)
+            ),
+            schedule=lambda cfg, a, target: (
+                gpu.schedule(cfg, Conv2d.from_args(a))
+                if is_gpu(target)
+                else schedule(cfg, Conv2d.from_args(a), target)
+            ),
+            default_config=lambda a, target: (
+                gpu.default_config(Conv2d.from_args(a), target)
+                if is_gpu(target)
+                else default_config(Conv2d.from_args(a), target)
+            ),
             reference=reference_from_args,
             flops=lambda a: flops(Conv2d.from_args(a)),
             check=lambda a: Conv2d.from_args(a).check(),

@@ -64,6 +64,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import is_gpu
+from ._cuda import matmul as gpu
 from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
 from ._epilogue import parse as parse_epilogue
 from ._gemm import (
@@ -410,6 +412,24 @@ def _batch_vectors(s: Schedule, cfg: Mapping[str, Any], X: Tensor, C: Tensor, Y:
     pack_panels(s, Packing(X, tile_dim=0, k_dim=1), C, nr, parallel=cfg["parallel"])
 
 
+def _gpu_schedule(
+    cfg: Mapping[str, Any],
+    batch: int,
+    in_features: int,
+    out_features: int,
+    bias: bool,
+    activation: str,
+    epilogue: str,
+) -> tuple[Schedule, list[Tensor]]:
+    """The GPU matmul nest (``search_spaces._cuda.matmul``) with the bias, activation and
+    epilogue applied by each thread to its register tile."""
+    inputs, C, Y = _stages(batch, in_features, out_features, bias, activation, epilogue=epilogue)
+    X, W, *extras = inputs
+    if Y is C:
+        return gpu.schedule(cfg, X, W, C)
+    return gpu.schedule(cfg, X, W, C, extras, Y)
+
+
 def _register() -> None:
     from . import Operator, Param, register_operator
 
@@ -432,10 +452,20 @@ def _register() -> None:
                 Param("activation", str, "none", ACTIVATIONS, doc="applied after the bias"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),
             ),
-            space=lambda a, target: config_space(*arguments(a), target, epilogue(a)),
-            schedule=lambda cfg, a, target: schedule(cfg, *arguments(a), epilogue(a)),
-            default_config=lambda a, target: default_config(
-                *arguments(a), target=target, epilogue=epilogue(a)
+            space=lambda a, target: (
+                gpu.config_space(a["batch"], a["out_features"], a["in_features"], "float32", target)
+                if is_gpu(target)
+                else config_space(*arguments(a), target, epilogue(a))
+            ),
+            schedule=lambda cfg, a, target: (
+                _gpu_schedule(cfg, *arguments(a), epilogue(a))
+                if is_gpu(target)
+                else schedule(cfg, *arguments(a), epilogue(a))
+            ),
+            default_config=lambda a, target: (
+                gpu.default_config(a["batch"], a["out_features"], a["in_features"], target)
+                if is_gpu(target)
+                else default_config(*arguments(a), target=target, epilogue=epilogue(a))
             ),
             reference=_registry_reference,
             flops=lambda a: flops(a["batch"], a["in_features"], a["out_features"], epilogue(a)),

@@ -43,6 +43,8 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._cuda import conv2d as gpu
+from ._cuda import is_gpu
 from ._epilogue import NONE, PARAM_DOC
 from ._gemm import accumulator_budget
 from ._target import resolve
@@ -204,9 +206,22 @@ def _register() -> None:
             name="depthwise_conv2d",
             doc="Y = conv2d(X, W, groups=C) with W: C x 1 x R x S, NCHW (memory-bound)",
             params=(*IMAGE_PARAMS, *WINDOW_PARAMS, Param("epilogue", str, NONE, doc=PARAM_DOC)),
-            space=lambda a, target: depthwise_config_space(Conv2d.from_args(a), target),
-            schedule=lambda cfg, a, target: depthwise_schedule(cfg, Conv2d.from_args(a)),
-            default_config=lambda a, target: depthwise_default_config(Conv2d.from_args(a), target),
+            # On a GPU, conv2d's direct nest (a thread per pixel) with one channel per group.
+            space=lambda a, target: (
+                gpu.config_space(Conv2d.from_args(a), target)
+                if is_gpu(target)
+                else depthwise_config_space(Conv2d.from_args(a), target)
+            ),
+            schedule=lambda cfg, a, target: (
+                gpu.schedule(cfg, Conv2d.from_args(a))
+                if is_gpu(target)
+                else depthwise_schedule(cfg, Conv2d.from_args(a))
+            ),
+            default_config=lambda a, target: (
+                gpu.default_config(Conv2d.from_args(a), target)
+                if is_gpu(target)
+                else depthwise_default_config(Conv2d.from_args(a), target)
+            ),
             reference=reference_from_args,
             flops=lambda a: flops(Conv2d.from_args(a)),
             bytes_moved=lambda a: bytes_moved(Conv2d.from_args(a)),

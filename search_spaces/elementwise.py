@@ -43,6 +43,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import elementwise as gpu
+from ._cuda import is_gpu
 from ._target import resolve
 
 __all__ = [
@@ -173,6 +175,27 @@ def schedule(
     return s, [*inputs, Y]
 
 
+def _space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+    if is_gpu(target):
+        return gpu.config_space(a["n"], target)
+    return config_space(a["n"], target)
+
+
+def _schedule(
+    cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
+) -> tuple[Schedule, list[Tensor]]:
+    if is_gpu(target):
+        inputs, act, th, Y = _stages(a["n"])
+        return gpu.schedule(cfg, inputs, [act, th], Y)
+    return schedule(cfg, a["n"])
+
+
+def _default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    if is_gpu(target):
+        return gpu.default_config(a["n"], target)
+    return default_config(a["n"], target)
+
+
 def _register() -> None:
     from . import Operator, Param, register_operator
 
@@ -181,9 +204,9 @@ def _register() -> None:
             name="elementwise_chain",
             doc="Y = relu(X * a + b) * c + tanh(X) over n elements; a, b, c are 1-element arrays",
             params=(Param("n", int, doc="elements"),),
-            space=lambda a, target: config_space(a["n"], target),
-            schedule=lambda cfg, a, target: schedule(cfg, a["n"]),
-            default_config=lambda a, target: default_config(a["n"], target),
+            space=_space,
+            schedule=_schedule,
+            default_config=_default,
             reference=reference,
             flops=lambda a: flops(a["n"]),
             bytes_moved=lambda a: bytes_moved(a["n"]),

@@ -59,6 +59,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import is_gpu
+from ._cuda import matmul as gpu
 from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
 from ._epilogue import parse as parse_epilogue
 from ._gemm import (
@@ -343,28 +345,51 @@ def _register() -> None:
                     doc="the axis of C an epilogue's per-channel (@c) inputs run along",
                 ),
             ),
-            space=lambda a, target: config_space(
-                a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target, _epi(a)
-            ),
-            schedule=lambda cfg, a, target: schedule(
-                cfg,
-                a["M"],
-                a["N"],
-                a["K"],
-                a["dtype"],
-                a["trans_a"],
-                a["trans_b"],
-                _epi(a),
-                str(a.get("channels", "cols")),
-            ),
-            default_config=lambda a, target: default_config(
-                a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target, _epi(a)
-            ),
+            space=_space,
+            schedule=_schedule,
+            default_config=_default,
             reference=_registry_reference,
             flops=lambda a: flops(a["M"], a["N"], a["K"], _epi(a)),
             check=lambda a: check_epilogue(_epi(a), a["dtype"], "matmul"),
         )
     )
+
+
+def _space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+    if is_gpu(target):
+        return gpu.config_space(a["M"], a["N"], a["K"], a["dtype"], target)
+    return config_space(
+        a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"], target, _epi(a)
+    )
+
+
+def _schedule(
+    cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
+) -> tuple[Schedule, list[Tensor]]:
+    if is_gpu(target):
+        A, B, C = define(a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"])
+        steps = parse_epilogue(_epi(a))
+        if not steps:
+            return gpu.schedule(cfg, A, B, C)
+        extras, Y = output_stage(C, steps, _CHANNEL_AXIS[str(a.get("channels", "cols"))])
+        return gpu.schedule(cfg, A, B, C, extras, Y)
+    return schedule(
+        cfg,
+        a["M"],
+        a["N"],
+        a["K"],
+        a["dtype"],
+        a["trans_a"],
+        a["trans_b"],
+        _epi(a),
+        str(a.get("channels", "cols")),
+    )
+
+
+def _default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    if is_gpu(target):
+        return gpu.default_config(a["M"], a["N"], a["K"], target)
+    return default_config(a["M"], a["N"], a["K"], a["trans_a"], a["dtype"], target, _epi(a))
 
 
 def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:

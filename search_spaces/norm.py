@@ -53,6 +53,7 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, softmax
+from ._cuda import is_gpu, rows
 from ._target import resolve
 
 __all__ = [
@@ -317,6 +318,26 @@ def _check_eps(op: str) -> Any:
     return check
 
 
+def _layer_norm_space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+    if is_gpu(target):
+        return rows.config_space(a["M"], a["N"], target)
+    return layer_norm_space(a["M"], a["N"], target)
+
+
+def _layer_norm_schedule(
+    cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
+) -> tuple[Schedule, list[Tensor]]:
+    if is_gpu(target):
+        return rows.layer_norm_schedule(cfg, a["M"], a["N"], _eps(a))
+    return layer_norm_schedule(cfg, a["M"], a["N"], _eps(a))
+
+
+def _layer_norm_default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    if is_gpu(target):
+        return rows.default_config(a["M"], a["N"], target)
+    return layer_norm_default(a["M"], a["N"], target)
+
+
 def _layer_norm_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     """``reference(*inputs, **parsed_args)``; eps defaults to PyTorch's when no args come."""
     x, gamma, beta = arrays
@@ -349,9 +370,9 @@ def _register() -> None:
             name="layer_norm",
             doc="Y = layer_norm(X, [N], gamma, beta) over the last axis of M x N (memory-bound)",
             params=(Param("M", int, doc="rows"), Param("N", int, doc="normalised columns"), eps),
-            space=lambda a, target: layer_norm_space(a["M"], a["N"], target),
-            schedule=lambda cfg, a, target: layer_norm_schedule(cfg, a["M"], a["N"], _eps(a)),
-            default_config=lambda a, target: layer_norm_default(a["M"], a["N"], target),
+            space=_layer_norm_space,
+            schedule=_layer_norm_schedule,
+            default_config=_layer_norm_default,
             reference=_layer_norm_reference,
             flops=lambda a: layer_norm_flops(a["M"], a["N"]),
             bytes_moved=lambda a: layer_norm_bytes(a["M"], a["N"]),

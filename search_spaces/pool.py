@@ -60,6 +60,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import is_gpu
+from ._cuda import pool as gpu
 from ._target import resolve
 from .reduce import PARALLEL_MIN_BYTES
 
@@ -393,19 +395,31 @@ _NCHW = (
 )
 
 
+def _pixels(args: Mapping[str, Any]) -> int:
+    """Output pixels of one plane."""
+    oh, ow = out_size(args)
+    return oh * ow
+
+
 def _operator(kind: str) -> Operator:
     """The registry entry of ``<kind>_pool2d``; its callables take the parsed arguments."""
     from . import Operator, Param
 
     def space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+        if is_gpu(target):
+            return gpu.config_space(_pixels(a), target)
         return config_space(kind, a, target)
 
     def sched(
         cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
     ) -> tuple[Schedule, list[Tensor]]:
+        if is_gpu(target):
+            return gpu.schedule(cfg, *_stages(kind, a))
         return schedule(cfg, kind, a)
 
     def default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        if is_gpu(target):
+            return gpu.default_config(_pixels(a), target)
         return default_config(kind, a, target)
 
     def ref(x: np.ndarray, **args: Any) -> np.ndarray:
@@ -452,10 +466,20 @@ def _register() -> None:
             name="global_avg_pool2d",
             doc="mean of each H x W plane of an NCHW float32 tensor, as Y[N, C, 1, 1]",
             params=tuple(Param(name, int, doc=doc) for name, doc in _NCHW),
-            space=lambda a, target: global_config_space(a["N"], a["C"], a["H"], a["W"], target),
-            schedule=lambda cfg, a, target: global_schedule(cfg, a["N"], a["C"], a["H"], a["W"]),
-            default_config=lambda a, target: global_default_config(
-                a["N"], a["C"], a["H"], a["W"], target
+            space=lambda a, target: (
+                gpu.global_config_space(a["W"], target)
+                if is_gpu(target)
+                else global_config_space(a["N"], a["C"], a["H"], a["W"], target)
+            ),
+            schedule=lambda cfg, a, target: (
+                gpu.global_schedule(cfg, *_global_stages(a["N"], a["C"], a["H"], a["W"]))
+                if is_gpu(target)
+                else global_schedule(cfg, a["N"], a["C"], a["H"], a["W"])
+            ),
+            default_config=lambda a, target: (
+                gpu.global_default_config(a["W"], target)
+                if is_gpu(target)
+                else global_default_config(a["N"], a["C"], a["H"], a["W"], target)
             ),
             reference=_global_reference,
             flops=lambda a: float(a["N"] * a["C"] * a["H"] * a["W"]),

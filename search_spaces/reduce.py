@@ -69,6 +69,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._cuda import is_gpu
+from ._cuda import reduce as gpu
 from ._target import resolve
 
 if TYPE_CHECKING:
@@ -311,14 +313,20 @@ def _operator(kind: str) -> Operator:
     from . import Operator, Param
 
     def space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
+        if is_gpu(target):
+            return gpu.config_space(a["M"], a["N"], a["axis"], target)
         return config_space(kind, a["M"], a["N"], a["axis"], target)
 
     def sched(
         cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
     ) -> tuple[Schedule, list[Tensor]]:
+        if is_gpu(target):
+            return gpu.schedule(cfg, kind, a["M"], a["N"], a["axis"])
         return schedule(cfg, kind, a["M"], a["N"], a["axis"])
 
     def default(a: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        if is_gpu(target):
+            return gpu.default_config(a["M"], a["N"], a["axis"], target)
         return default_config(kind, a["M"], a["N"], a["axis"], target)
 
     def ref(x: np.ndarray, **args: Any) -> np.ndarray:

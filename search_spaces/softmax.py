@@ -55,6 +55,8 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Expr, Tensor
 
+from ._cuda import is_gpu
+from ._cuda import rows as gpu
 from ._target import resolve
 
 __all__ = [
@@ -299,13 +301,23 @@ def schedule(
     return s, [st.X, st.Y]
 
 
+def _space_of(args: Mapping[str, Any], target: Target) -> ConfigSpace:
+    if is_gpu(target):
+        return gpu.config_space(args["M"], args["N"], target)
+    return config_space(args["M"], args["N"], target)
+
+
 def _schedule_of(
     cfg: Mapping[str, Any], args: Mapping[str, Any], target: Target, log: bool
 ) -> tuple[Schedule, list[Tensor]]:
+    if is_gpu(target):
+        return gpu.softmax_schedule(cfg, args["M"], args["N"], log=log)
     return schedule(cfg, args["M"], args["N"], log=log)
 
 
 def _default_of(args: Mapping[str, Any], target: Target, log: bool) -> dict[str, Any]:
+    if is_gpu(target):
+        return gpu.default_config(args["M"], args["N"], target)
     return default_config(args["M"], args["N"], log, target)
 
 
@@ -322,7 +334,7 @@ def _register() -> None:
                 name=name,
                 doc=f"Y = {what} over the last axis of an M x N matrix (memory-bound)",
                 params=params,
-                space=lambda a, target: config_space(a["M"], a["N"], target),
+                space=_space_of,
                 schedule=functools.partial(_schedule_of, log=log),
                 default_config=functools.partial(_default_of, log=log),
                 reference=ref,

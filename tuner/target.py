@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
 import platform
 from collections.abc import Callable, Mapping
@@ -57,7 +58,12 @@ class Target:
     ``vector_bits`` and ``vector_lanes`` (float32 lanes of one vector register),
     ``vector_registers``, ``l1d_bytes`` and ``l2_bytes`` (the caches one core
     sees), ``l3_bytes``, ``cores``, ``model``, ``arch`` and ``threads`` (the
-    thread count kernels run with; not part of the fingerprint).
+    thread count kernels run with; not part of the fingerprint). On a CUDA
+    GPU (see ``tuner.codegen.cuda.device``) they are ``max_threads_per_block`` (what marks a
+    target as running GPU threads), ``max_block_dim_{x,y,z}``,
+    ``max_shared_memory_per_block``, ``max_registers_per_block``,
+    ``multiprocessors``, ``warp_size``, ``compute_capability``, ``model`` and
+    ``simulator``.
     """
 
     kind: str
@@ -186,10 +192,12 @@ class Target:
     @classmethod
     def from_name(cls, name: str, **options: Any) -> Target:
         """Detect the target ``name`` ("cpu", "cuda") on this machine."""
+        if name not in _REGISTRY and name in _PLUGINS:
+            importlib.import_module(_PLUGINS[name])
         try:
             factory = _REGISTRY[name]
         except KeyError:
-            known = ", ".join(sorted(_REGISTRY))
+            known = ", ".join(target_kinds())
             raise TargetError(f"unknown target {name!r}; known targets: {known}") from None
         return factory(**options)
 
@@ -199,6 +207,9 @@ class Target:
 
 
 _REGISTRY: dict[str, Callable[..., Target]] = {}
+#: Targets whose detection needs a backend's libraries, by the module that registers them:
+#: imported on first use (the CUDA GPU is asked through numba-cuda).
+_PLUGINS = {"cuda": "tuner.codegen.cuda.device"}
 
 
 def register_target(name: str) -> Callable[[Callable[..., Target]], Callable[..., Target]]:
@@ -212,7 +223,8 @@ def register_target(name: str) -> Callable[[Callable[..., Target]], Callable[...
 
 
 def target_kinds() -> list[str]:
-    return sorted(_REGISTRY)
+    """Target names known here: registered ones and the built-in plugins, loaded or not."""
+    return sorted(set(_REGISTRY) | set(_PLUGINS))
 
 
 def _fingerprint(caps: Mapping[str, CapValue]) -> str:

@@ -3,7 +3,8 @@
 A backend registers itself for a target kind (``@register_backend("cpu")``);
 ``get_backend(target)`` finds it, importing the built-in one on first use so
 that a backend's heavy dependencies (Numba, numba-cuda) load only when used.
-The CPU Numba backend is built in (``tuner.codegen.cpu``).
+The CPU Numba backend (``tuner.codegen.cpu``) and the CUDA one
+(``tuner.codegen.cuda``, which needs numba-cuda) are built in.
 
 >>> backend = get_backend(Target.from_name("cpu"))
 >>> kernel = backend.compile(tuner.lower(s, [A, B, C], target=t), t)
@@ -15,6 +16,7 @@ from __future__ import annotations
 import abc
 import importlib
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,8 @@ __all__ = [
     "Backend",
     "BuildOptions",
     "Kernel",
+    "LaunchError",
+    "Timer",
     "backend_kinds",
     "cache_dir",
     "check_arrays",
@@ -62,6 +66,35 @@ class BuildOptions:
     cache: bool = True
 
 
+class LaunchError(RuntimeError):
+    """A kernel that compiled but could not run on its device (a failed GPU launch)."""
+
+
+class Timer:
+    """A kernel bound to fixed arguments, for timing: ``run`` once, ``seconds`` for many runs.
+
+    This one runs a host kernel and reads the wall clock; a device backend
+    keeps the arguments on its device between runs and times them there.
+    ``fetch`` brings the outputs back into the arrays given (a no-op here).
+    """
+
+    def __init__(self, kernel: Kernel, arrays: tuple[Any, ...]):
+        self.kernel, self.arrays = kernel, arrays
+
+    def run(self) -> None:
+        self.kernel(*self.arrays)
+
+    def seconds(self, reps: int) -> float:
+        """Seconds that ``reps`` runs in a row take."""
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            self.kernel(*self.arrays)
+        return time.perf_counter() - t0
+
+    def fetch(self) -> None:
+        """The outputs of the last run, into the arrays the timer was made with."""
+
+
 class Kernel(abc.ABC):
     """A compiled kernel: call it with arrays in argument order; it writes the outputs."""
 
@@ -77,6 +110,10 @@ class Kernel(abc.ABC):
 
     @abc.abstractmethod
     def __call__(self, *arrays: Any) -> None: ...
+
+    def timer(self, *arrays: Any) -> Timer:
+        """A timer running this kernel on ``arrays`` (NumPy arrays, as a call takes)."""
+        return Timer(self, arrays)
 
 
 class Backend(abc.ABC):
@@ -116,7 +153,7 @@ class Backend(abc.ABC):
 _REGISTRY: dict[str, type[Backend]] = {}
 _INSTANCES: dict[str, Backend] = {}
 #: Where the built-in backends live, by target kind: imported on first use.
-_BUILTIN = {"cpu": "tuner.codegen.cpu"}
+_BUILTIN = {"cpu": "tuner.codegen.cpu", "cuda": "tuner.codegen.cuda"}
 
 
 def register_backend(kind: str) -> Callable[[type[Backend]], type[Backend]]:

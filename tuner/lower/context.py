@@ -74,6 +74,9 @@ class Env:
     # Stages computed into region-sized buffers, by name: where a cache stage that
     # copies one of them (a register tile's load and write-back) finds its offset.
     regions: dict[str, Cache] = field(default_factory=dict)
+    # The enclosing loops bound to GPU thread indices (threadIdx.*): variable -> extent.
+    # A buffer shared by a block's threads is sized over them (``_NestBuilder._attached``).
+    threads: dict[str, int] = field(default_factory=dict)
 
     def child(self) -> Env:
         return Env(
@@ -84,6 +87,7 @@ class Env:
             self.specialize,
             self.pad,
             dict(self.regions),
+            dict(self.threads),
         )
 
 

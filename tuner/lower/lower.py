@@ -19,6 +19,15 @@ readers (``_NestBuilder._region_in_loop``)::
         e[0, j] = exp(x[i, j] - mx[0]) # sized by out's and s's reads: one row
         s[0] = sum_k e[0, k]
         out[i, j] = e[0, j] / s[0]
+
+Loops bound to GPU indices lower the same way, with three differences that
+follow from the schedule, not the target: a bound loop keeps its whole
+extent and guards its stores instead (every thread of a block must reach the
+block's barriers); a buffer in a block's shared memory (a ``"shared"`` cache,
+or an intermediate whose own loops are bound to threads) is sized over the
+enclosing thread-bound loops too, for the whole block; and its nest is fenced
+by barriers. ``tuner.lower.gpu`` splits the result into kernels and checks
+it against a GPU target's limits.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from dataclasses import dataclass
 from ..kinds import Scope
 from ..schedule.schedule import Schedule
 from ..schedule.state import ScheduleError, Stage, State
+from ..schedule.steps import Step
 from ..target import Target
 from ..te.expr import (
     Const,
@@ -40,6 +50,7 @@ from ..te.expr import (
 )
 from ..te.tensor import ComputeOp, Tensor
 from .context import Cache, Env, const_int, forward, leaf_extents, root_values
+from .gpu import check_gpu
 from .ir import Alloc, Buffer, For, Load, Stmt, seq
 from .nest import _NestBuilder
 from .simplify import Linear, linear, render_linear, simplify
@@ -328,13 +339,21 @@ def lower(
             raise ScheduleError(f"argument {t.name} is not part of the scheduled computation")
     func = LoweredFunc(name, params, body)
     if target is not None:
-        check_capabilities(func, target)
+        check_capabilities(func, target, sched.trace)
     return func
 
 
-def check_capabilities(func: LoweredFunc, target: Target) -> None:
-    """Refuse a loop nest that needs what ``target`` does not have (GPU threads, for now)."""
+def check_capabilities(func: LoweredFunc, target: Target, trace: tuple[Step, ...] = ()) -> None:
+    """Refuse a loop nest that needs what ``target`` does not have.
+
+    A target with GPU threads (``max_threads_per_block``) checks the kernels'
+    blocks against its limits (``tuner.lower.gpu.check_gpu``); one without
+    refuses loops bound to GPU indices. ``trace`` names the step at fault.
+    """
     threads = int(target.get("max_threads_per_block", 0))
+    if threads:
+        check_gpu(func.body, target, trace)
+        return
     for s in walk_stmts(func.body):
         if isinstance(s, For) and s.kind.is_thread and not threads:
             raise ScheduleError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..kinds import Scope
 from ..schedule.state import ScheduleError, Stage
 from ..te.expr import (
     Binary,
@@ -18,8 +19,9 @@ from ..te.expr import (
     walk,
 )
 from .context import Cache, Env, Padding, const_int, identity, leaf_extents
-from .ir import Alloc, Buffer, For, If, Load, Stmt, Store, seq
+from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, seq
 from .simplify import Linear, bounds, linear, render_linear, simplify
+from .visitor import walk_stmts
 
 if TYPE_CHECKING:
     from .lower import _Lowerer
@@ -56,6 +58,11 @@ class _NestBuilder:
         for e, bound in conds:
             e = simplify(e)
             at = max((pos[v] for v in _free(e) if v in pos), default=-1)
+            if at >= 0 and stage.axis(self.leaves[at]).thread is not None:
+                # A loop bound to GPU threads keeps its whole extent (its iterations are the
+                # launch's threads, and all of them must reach a block's barriers): the
+                # bound guards the stores instead, as predication (see ``_loops``).
+                at = len(self.leaves)
             self.conds.setdefault(at, []).append((e, bound))
 
     def build(self) -> Stmt:
@@ -68,7 +75,12 @@ class _NestBuilder:
 
     def _loops(self, p: int, env: Env, mode: str) -> Stmt:
         if p == len(self.leaves):
-            return self._store(env, mode)
+            guards = [
+                simplify(Binary("sub", e, Const(bound), "int64") < 0, env.ranges)
+                for e, bound in self.conds.get(p, [])
+                if not (mode == "init" and _free(e) & self.reduce_vars)
+            ]
+            return _guard(guards, self._store(env, mode))
         if mode == "update" and p == self.first_reduce:
             return seq([self._loops(p, env, "init"), self._loop(p, env, "update")])
         if mode == "init" and self.stage.axis(self.leaves[p]).kind == "reduce":
@@ -83,6 +95,8 @@ class _NestBuilder:
         full = self.ext[leaf]
         env.ranges[var.name] = (0, full - 1)
         kind = axis.thread or axis.annotation
+        if kind.value.startswith("threadIdx."):
+            env.threads[var.name] = full
         if kind == "parallel":
             if env.parallel:
                 raise ScheduleError(
@@ -126,6 +140,7 @@ class _NestBuilder:
                     and child.attach.axis == leaf
                 ):
                     stmts.extend(self._attached(child, p, env, allocs))
+        stmts = _one_barrier(stmts)
         local = env.caches.get(self.stage.name)
         if (
             local is not None
@@ -180,6 +195,10 @@ class _NestBuilder:
         edge = None if self._attached_inside(p) else tile(None, pad=True)
         edge = edge or tile(None)
         assert edge is not None
+        if any(isinstance(x, Barrier) for x in walk_stmts(edge)):
+            # A block's threads wait at its barriers together: one version of the tile for
+            # all of them, not a full one for some threads and an edge one for the others.
+            return edge
         conds: list[Expr] = []
         full = tile(conds)
         assert full is not None
@@ -287,19 +306,37 @@ class _NestBuilder:
         return boxes[r.name]
 
     def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
+        """The nest of ``child`` computed at loop ``p``, and its buffer (added to ``allocs``).
+
+        A buffer in a GPU block's shared memory (a ``"shared"`` cache, or an
+        intermediate whose own loops are bound to threads: its threads write it
+        together and read each other's parts) is sized over the block: over the
+        enclosing thread-bound loops too, not just the loops inside ``p``. Its
+        nest is fenced by barriers: before it (the previous iteration's reads
+        are done) and after it (its writes are seen).
+        """
         inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
+        shared = child.scope == Scope.SHARED or (
+            child.origin == "compute"
+            and self.lw.region_buffered(child)
+            and any(a.thread is not None for a in child.axes)
+        )
+        if shared and child.origin != "cache_write":
+            inner.update({v: n for v, n in env.threads.items() if v not in inner})
         if child.origin == "cache_write":
             exprs = [tuple(self.absolute[a] for a in self.op_axes)]
             base, widths = self.lw.region(child, self.stage, exprs, inner, env)
         else:
             base, widths = self._region_in_loop(child, p, inner, env, {})
+        fence = (lambda nest: [Barrier(), nest, Barrier()]) if shared else (lambda nest: [nest])
         if child.origin == "compute":
             if self.lw.region_buffered(child):
-                buf = Buffer(child.name, widths, child.tensor.dtype)
+                scope = Scope.SHARED if shared else Scope.GLOBAL
+                buf = Buffer(child.name, widths, child.tensor.dtype, scope)
                 allocs.append(buf)
                 env.caches[child.name] = Cache(buf, base, child, widths, packed=False)
                 env.regions[child.name] = env.caches[child.name]
-            return [self.lw.stage_nest(child, env, (base, widths))]
+            return fence(self.lw.stage_nest(child, env, (base, widths)))
         ext = leaf_extents(child, dict(zip(child.root, widths, strict=True)))
         buf = Buffer(
             child.name, tuple(ext[leaf] for leaf in child.leaves), child.tensor.dtype, child.scope
@@ -309,7 +346,7 @@ class _NestBuilder:
         if child.origin == "cache_read":
             nest = self.lw.stage_nest(child, env, (base, widths))
             env.caches[child.name] = cache
-            return [nest]
+            return fence(nest)
         env.caches[child.source] = cache
         return []
 
@@ -401,6 +438,15 @@ def _clamp(i: Expr, extent: int, env: Env) -> Expr:
     if b is None or b[0] < 0:
         i = Binary("max", i, Const(0), "int64")
     return i
+
+
+def _one_barrier(stmts: list[Stmt]) -> list[Stmt]:
+    """``stmts`` without a barrier right after another (the second waits for nothing new)."""
+    out: list[Stmt] = []
+    for x in stmts:
+        if not (isinstance(x, Barrier) and out and isinstance(out[-1], Barrier)):
+            out.append(x)
+    return out
 
 
 def _read(stage: Stage, idx: tuple[Expr, ...]) -> TensorRead:

@@ -72,24 +72,40 @@ def build_candidate(c: Candidate) -> tuple[str, str, float]:
     return ErrorKind.OK.value, "", time.perf_counter() - t0
 
 
-def _time(fn: Any, opts: MeasureOptions) -> list[float]:
-    for _ in range(opts.warmup):
-        fn()
-    reps = 1
-    while True:
+class _Calls:
+    """A plain function timed like a kernel (the NumPy baseline)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    def run(self) -> None:
+        self.fn()
+
+    def seconds(self, reps: int) -> float:
         t0 = time.perf_counter()
         for _ in range(reps):
-            fn()
-        elapsed = time.perf_counter() - t0
+            self.fn()
+        return time.perf_counter() - t0
+
+
+def _time(timer: Any, opts: MeasureOptions) -> list[float]:
+    """Samples of one run's seconds: ``timer.run()`` warms up, ``timer.seconds(reps)`` times.
+
+    Each sample is the mean of as many runs as fill ``min_sample_seconds``
+    (a kernel of microseconds is timed over many launches, between two CUDA
+    events on a GPU: see ``tuner.codegen.Timer``).
+    """
+    for _ in range(opts.warmup):
+        timer.run()
+    reps = 1
+    while True:
+        elapsed = timer.seconds(reps)
         if elapsed >= opts.min_sample_seconds or reps >= 1 << 20:
             break
         reps *= 2 if elapsed <= 0 else max(2, int(opts.min_sample_seconds / elapsed) + 1)
     samples = [elapsed / reps]
     while len(samples) < opts.samples:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        samples.append((time.perf_counter() - t0) / reps)
+        samples.append(timer.seconds(reps) / reps)
     return samples
 
 
@@ -118,6 +134,8 @@ def run_candidate(
     """
     import numpy as np
 
+    from ..codegen import LaunchError
+
     t0 = time.perf_counter()
     try:
         op, tensors, kern = _kernel(c)
@@ -127,11 +145,18 @@ def run_candidate(
     out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
     loaded()
     try:
-        kern(*inputs, out)
+        # On a GPU the inputs go to the device once; every run below reuses them.
+        timer = kern.timer(*inputs, out)
+        timer.run()
+        timer.fetch()
         if not np.allclose(out, expected, rtol=opts.rtol, atol=opts.atol, equal_nan=False):
             err = float(np.nanmax(np.abs(out.astype(np.float64) - expected)))
             return {"kind": ErrorKind.WRONG_ANSWER.value, "msg": f"max abs error {err:.3g}"}
-        samples = _time(lambda: kern(*inputs, out), opts)
+        samples = _time(timer, opts)
+    except LaunchError as exc:
+        # A failed launch may leave the process's CUDA context unusable (an illegal address
+        # is sticky): the runner reports it, then exits, and the next candidate gets a new one.
+        return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc), "fresh": True}
     except Exception as exc:
         return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc)}
     return {"kind": ErrorKind.OK.value, "samples": samples, "seconds": time.perf_counter() - t0}
@@ -144,7 +169,7 @@ def run_baseline(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> di
     op = get_operator(c.op)
     inputs, _ = _workload_arrays(op, c, refs)
     try:
-        samples = _time(lambda: op.reference(*inputs, **c.args), opts)
+        samples = _time(_Calls(lambda: op.reference(*inputs, **c.args)), opts)
     except Exception as exc:
         return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc)}
     return {"kind": ErrorKind.OK.value, "samples": samples}
@@ -187,7 +212,10 @@ def _serve(conn: Connection) -> None:
                 conn.send("loaded")
                 conn.send(run_baseline(c, opts, refs))
                 continue
-            conn.send(run_candidate(c, opts, refs, loaded=lambda: conn.send("loaded")))
+            reply = run_candidate(c, opts, refs, loaded=lambda: conn.send("loaded"))
+            conn.send(reply)
+            if reply.get("fresh"):
+                return  # the tuner starts another runner for the next candidate
         except _PIPE_GONE:
             raise
         except Exception:

@@ -33,7 +33,8 @@ class _Runner:
     """One runner process; killed and replaced when a candidate hangs or crashes it."""
 
     def __init__(self, threads: int, plugins: tuple[str, ...]):
-        self.threads = threads
+        # A target that sets no thread count (a GPU's) drives its device from one host thread.
+        self.threads = max(1, threads)
         self.plugins = plugins
         self.proc: Any = None
         self.conn: Any = None
@@ -87,6 +88,8 @@ class _Runner:
         if reply == "loaded":
             limit, reply = opts.run_timeout, self._wait(opts.run_timeout)
         if isinstance(reply, dict):
+            if reply.pop("fresh", False):  # a GPU context the candidate broke: start afresh
+                self.stop()
             return reply
         if reply is _TIMEOUT:
             self.proc.kill()
