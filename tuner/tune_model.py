@@ -294,9 +294,14 @@ def _default_key(task: Task) -> str | None:
 
 
 def _default_seconds(key: str | None, prior: list[Record]) -> float | None:
-    """The default schedule's median seconds from the log (its samples pooled), if it ran."""
+    """The default schedule's median seconds from the log, if it ran.
+
+    Judged as ``records.best`` judges the best: on its re-timed samples when
+    it was re-timed with the leaders, else on all its samples pooled.
+    """
     mine = [r for r in prior if key is not None and config_key(r.config) == key]
-    samples = [s for r in mine if r.ok for s in r.samples]
+    retimed = [r for r in mine if r.strategy == RETIME]
+    samples = [s for r in (retimed or mine) if r.ok for s in r.samples]
     wrong = any(r.error_kind is ErrorKind.WRONG_ANSWER for r in mine)
     return statistics.median(samples) if samples and not wrong else None
 

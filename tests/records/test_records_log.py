@@ -209,6 +209,15 @@ def test_best_judges_a_config_on_all_its_samples() -> None:
     ]
     top = best(retimed)
     assert top is not None and top.config == steady, "only re-timed configs, once there are any"
+    loaded_search = [  # a search under load: the default's timing then was 8x off
+        record((1.7e-3,) * 5, config=lucky, trial=0),
+        record((5.5e-4,) * 5, config=steady, trial=1),
+        record((5.5e-4,) * 5, config=steady, trial=2, strategy="retime"),
+        record((2.2e-4,) * 5, config=lucky, trial=3, strategy="retime"),
+    ]
+    top = best(loaded_search)
+    assert top is not None and top.config == lucky, "judged on the side-by-side re-timing"
+    assert top.samples == (2.2e-4,) * 5
     other_machine = record((1e-4,), config=lucky, target=CPU_B, trial=4)
     assert best([*records, other_machine], MATMUL, CPU_A).config == steady  # type: ignore[union-attr]
 
