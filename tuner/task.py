@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,7 +231,11 @@ class TaskTuner:
             return []
         self.measured.update(c.key for c in batch)
         predicted = [self.strategy.predicted(cfg) for cfg in batch]
-        logged = self._measure_logged(batch, self.strategy.name, predicted)
+        study = self.strategy.study
+        # The study hears of each measurement as the log does: a worker killed
+        # mid-batch leaves no logged config that the other workers would redo.
+        told = (lambda cfg, rec: study.tell(cfg, rec.median)) if study is not None else None
+        logged = self._measure_logged(batch, self.strategy.name, predicted, told)
         records, observations = [], []
         for cfg, (res, rec) in zip(batch, logged, strict=True):
             observations.append((cfg, rec.median))
@@ -270,19 +274,26 @@ class TaskTuner:
         return out
 
     def _measure_logged(
-        self, configs: list[Config], strategy: str, predicted: list[float | None]
+        self,
+        configs: list[Config],
+        strategy: str,
+        predicted: list[float | None],
+        told: Callable[[Config, Record], None] | None = None,
     ) -> list[tuple[MeasureResult, Record]]:
         """Measure ``configs``, logging each record as soon as its result is final.
 
         A tuner killed outright (SIGKILL) then loses only what was still in
-        flight, not the whole batch. A measurer that reports nothing early has
-        its results logged when it returns.
+        flight, not the whole batch; ``told(config, record)`` runs after each
+        record is written. A measurer that reports nothing early has its
+        results logged when it returns.
         """
         logged: dict[int, Record] = {}
 
         def log(i: int, res: MeasureResult) -> None:
             if i not in logged:
                 logged[i] = self._record(configs[i], res, strategy, predicted[i])
+                if told is not None:
+                    told(configs[i], logged[i])
 
         results = self.measurer.measure(
             [self.task.candidate(c.to_json()) for c in configs], on_result=log
