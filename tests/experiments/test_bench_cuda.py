@@ -1,0 +1,138 @@
+"""The GPU benchmark (experiments/bench_cuda.py): its peers compute what the operators compute,
+it refuses to run without a GPU or --smoke, and --smoke runs end to end on the simulator."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from search_spaces import get_operator
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import bench_cuda  # noqa: E402
+
+OPS = {"matmul", "conv2d", "softmax", "layer_norm"}
+# Awkward shapes: nothing divides by a tile, a window that strides and dilates.
+CASES = [
+    ("matmul", {"M": 7, "N": 5, "K": 3}),
+    ("softmax", {"M": 5, "N": 33}),
+    ("layer_norm", {"M": 5, "N": 33}),
+    ("conv2d", {"N": 2, "C": 6, "H": 9, "W": 7, "K": 4, "stride": 2, "pad": 1}),
+    ("conv2d", {"N": 1, "C": 4, "H": 11, "W": 10, "K": 4, "pad": 2, "dilation": 2, "groups": 2}),
+]
+
+
+def _setup(op_name: str, raw: dict) -> tuple[dict, list[np.ndarray], np.ndarray]:
+    op = get_operator(op_name)
+    args = op.parse_args(raw)
+    inputs = op.make_inputs(args, seed=5)
+    return args, inputs, op.reference(*inputs, **args)
+
+
+def test_the_workloads_are_the_issues_and_the_smoke_ones_the_same_ops() -> None:
+    full = {w.op: w.args for w in bench_cuda.FULL}
+    assert set(full) == OPS and [w.op for w in bench_cuda.SMOKE] == [w.op for w in bench_cuda.FULL]
+    assert full["matmul"] == {"M": 4096, "N": 4096, "K": 4096}
+    assert full["softmax"] == full["layer_norm"] == {"M": 8192, "N": 4096}
+    conv = full["conv2d"]
+    assert (conv["N"], conv["C"], conv["H"], conv["W"], conv["K"], conv["pad"]) == (
+        8,
+        256,
+        28,
+        28,
+        256,
+        1,
+    )
+
+
+@pytest.mark.parametrize(("op_name", "raw"), [c for c in CASES if c[0] != "conv2d"])
+def test_cupy_formulation_matches_the_reference(op_name: str, raw: dict) -> None:
+    """CuPy's calls, run by NumPy (the same names and out= buffers), twice into one buffer."""
+    args, inputs, ref = _setup(op_name, raw)
+    launch, y = bench_cuda.cupy_formulation(np, op_name, args, inputs)
+    launch()
+    launch()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_cupy_has_no_conv2d_and_says_so() -> None:
+    args, inputs, _ = _setup(*CASES[3])
+    assert "no conv2d" in bench_cuda.cupy_formulation(np, "conv2d", args, inputs)
+
+
+@pytest.mark.parametrize(("op_name", "raw"), CASES)
+def test_torch_formulation_matches_the_reference(op_name: str, raw: dict) -> None:
+    torch = pytest.importorskip("torch")
+    args, inputs, ref = _setup(op_name, raw)
+    dev = [torch.from_numpy(a) for a in inputs]
+    got = bench_cuda.torch_formulation(torch, op_name, args, dev)
+    assert not isinstance(got, str), got
+    launch, y = got
+    launch()
+    np.testing.assert_allclose(y().numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_check_says_by_how_much_an_output_is_off() -> None:
+    ref = np.ones((3, 4))
+    assert bench_cuda.check("ours", ref.astype(np.float32), ref, 1e-3, 1e-3) is None
+    bad = ref.copy()
+    bad[1, 2] = 1.5
+    assert "0.5" in str(bench_cuda.check("ours", bad, ref, 1e-3, 1e-3))
+    assert "shape" in str(bench_cuda.check("ours", ref[:2], ref, 1e-3, 1e-3))
+
+
+def _script(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "bench_cuda.py"), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
+
+
+def test_without_a_gpu_or_smoke_one_line_and_a_nonzero_exit() -> None:
+    if bench_cuda.gpu_count() > 0:
+        pytest.skip("this machine has a GPU")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = _script(env=env)
+    assert done.returncode != 0 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "--smoke" in done.stderr
+    done = _script(env={**env, "NUMBA_ENABLE_CUDASIM": "1"})
+    assert done.returncode != 0 and "real GPU" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_smoke_tunes_builds_checks_and_times_every_workload(tmp_path: Path) -> None:
+    pytest.importorskip("numba.cuda", reason="the cuda extra (numba-cuda) is not installed")
+    from records import load
+
+    out, log = tmp_path / "bench.csv", tmp_path / "bench.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNER_CACHE_DIR": str(tmp_path / "cache")}
+    done = _script("--smoke", "--jobs", "2", "--out", str(out), "--log", str(log), env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["op"] for r in rows} == OPS and len(rows) == 4
+    for r in rows:
+        assert float(r["ours_ms"]) > 0 and r["tuned"] == "True", r
+        assert r["ours_note"] == "", r
+        assert int(r["trials"]) == 2
+    records = load(log)
+    assert {r.workload.op for r in records} == OPS
+    assert all(r.target.kind == "cuda" for r in records)
+    assert {r.workload.op for r in records if r.ok} == OPS
+    simulated = rows[0]["simulated"] == "True"
+    assert ("meaningless" in done.stdout) == simulated
+    assert "bar tuned matmul >= 0.5x cuBLAS" in done.stdout
