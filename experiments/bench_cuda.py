@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import csv
 import ctypes
+import importlib.util
 import os
 import statistics
 import sys
@@ -469,7 +470,7 @@ def measure_one(
 ) -> None:
     """Build the best record of ``row``'s workload, check every side, time them interleaved."""
     from search_spaces import get_operator
-    from tuner import UntunedWorkloadWarning, build_op
+    from tuner.compile import UntunedWorkloadWarning, build_op
 
     w = row.workload
     op = get_operator(w.op)
@@ -602,14 +603,14 @@ def bars(rows: list[Row], simulated: bool) -> list[str]:
 
 
 CSV_FIELDS = [
-    "workload", "op", "args", "device", "simulated", "trials", "errors", "tune_seconds",
+    "workload", "op", "args", "device", "simulated", "strategy", "trials", "errors", "tune_seconds",
     "tuned", "config", "ours_ms", "cupy_ms", "torch_ms", "cupy_over_ours", "torch_over_ours",
     "ours_reps", "cupy_reps", "torch_reps", "ours_gflops", "ours_gbps",
-    "ours_note", "cupy_note", "torch_note",
+    "ours_note", "cupy_note", "torch_note", "tune_note",
 ]  # fmt: skip
 
 
-def write_csv(path: Path, rows: list[Row], device: str, simulated: bool) -> None:
+def write_csv(path: Path, rows: list[Row], device: str, simulated: bool, strategy: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         out = csv.DictWriter(fh, CSV_FIELDS)
@@ -622,6 +623,7 @@ def write_csv(path: Path, rows: list[Row], device: str, simulated: bool) -> None
                 "args": " ".join(f"{k}={v}" for k, v in r.workload.args.items()),
                 "device": device,
                 "simulated": simulated,
+                "strategy": strategy,
                 "trials": r.trials,
                 "errors": r.errors,
                 "tune_seconds": f"{r.tune_seconds:.1f}",
@@ -635,6 +637,7 @@ def write_csv(path: Path, rows: list[Row], device: str, simulated: bool) -> None
                 rec[f"{side}_ms"] = "" if v is None else f"{v:.6g}"
                 rec[f"{side}_reps"] = r.reps.get(side, "")
                 rec[f"{side}_note"] = r.notes.get(side, "")
+            rec["tune_note"] = r.notes.get("tune", "")
             for peer in PEERS:
                 q = r.ratio(peer)
                 rec[f"{peer}_over_ours"] = "" if q is None else f"{q:.4f}"
@@ -652,15 +655,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.monotonic()
     sys.path.insert(0, str(ROOT))
-    from tuner import TargetError, apply_best
-    from tuner.target import Target
+    missing = [m for m in ("optuna", "pandas", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"bench_cuda: the tuner needs {', '.join(missing)}, not installed here"
+            " (with no network, bring them as wheels)",
+            file=sys.stderr,
+        )
+        return 2
+    if ns.strategy == "xgb" and importlib.util.find_spec("xgboost") is None:
+        print("bench_cuda: xgboost is not installed: searching with --strategy random instead")
+        ns.strategy = "random"
+    from tuner.compile import apply_best
+    from tuner.target import Target, TargetError
 
     try:
         gpu = Target.from_name("cuda")
     except TargetError as exc:
         print(f"bench_cuda: {exc}", file=sys.stderr)
         return 2
-    device = str(gpu.get("model", "?"))
+    device = (
+        f"{gpu.get('model', '?')} (compute capability {gpu.get('compute_capability', '?')},"
+        f" {gpu.get('multiprocessors', '?')} multiprocessors)"
+    )
     if simulated:
         print(
             "bench_cuda: no GPU: Numba's CUDA simulator runs the kernels; its timings are its"
@@ -686,7 +703,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         left = ns.budget - reserve - (time.monotonic() - start)
         share = max(10.0, left / (len(workloads) - i))
-        rows.append(tune_one(w, ns, share, jobs))
+        try:
+            rows.append(tune_one(w, ns, share, jobs))
+        except Exception as exc:  # one workload's failure is its row's note, not the run's end
+            print(f"tuning {w.name} failed: {type(exc).__name__}: {_line(exc)}", flush=True)
+            rows.append(Row(w, notes={"tune": f"tuning failed: {_line(exc)}"}))
 
     peers = load_peers()
     if not ns.log.exists():
@@ -709,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         print("(simulator: the times above are meaningless; only the path was exercised)")
     for line in bars(rows, simulated):
         print(line)
-    write_csv(ns.out, rows, device, simulated)
+    write_csv(ns.out, rows, device, simulated, ns.strategy)
     print(f"wrote {ns.out} ({time.monotonic() - start:.0f} s in all)")
     return 0
 
