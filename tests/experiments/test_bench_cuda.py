@@ -89,6 +89,55 @@ def test_the_check_says_by_how_much_an_output_is_off() -> None:
     assert "shape" in str(bench_cuda.check("ours", ref[:2], ref, 1e-3, 1e-3))
 
 
+class FakeTimer:
+    """A side whose launches each take ``cost`` seconds; it notes when it is timed."""
+
+    def __init__(self, name: str, cost: float, calls: list[str]):
+        self.name, self.cost, self.calls = name, cost, calls
+
+    def run(self) -> None:
+        pass
+
+    def seconds(self, reps: int) -> float:
+        self.calls.append(self.name)
+        return reps * self.cost
+
+
+def test_samples_fill_min_sample_and_rounds_rotate_the_order() -> None:
+    calls: list[str] = []
+    assert 20 <= bench_cuda.reps_for(FakeTimer("a", 1e-3, calls), 0.02) <= 40
+    assert bench_cuda.reps_for(FakeTimer("a", 1.0, calls), 0.02) == 1
+    calls.clear()
+    timers = {
+        k: FakeTimer(k, c, calls) for k, c in (("ours", 2e-3), ("cupy", 1e-4), ("torch", 5e-5))
+    }
+    got = bench_cuda.interleaved(timers, rounds=3, samples=2, min_sample=0.01, rest=0.0)
+    for name, (samples, reps) in got.items():
+        assert len(samples) == 6 and samples == pytest.approx([timers[name].cost] * 6)
+        assert reps * timers[name].cost >= 0.01
+    # each side's block (a warm-up and its samples) in the order they ran, the last 9 the rounds
+    firsts = [c for i, c in enumerate(calls) if i == 0 or c != calls[i - 1]]
+    rounds = [["ours", "cupy", "torch"], ["cupy", "torch", "ours"], ["torch", "ours", "cupy"]]
+    assert firsts[-9:] == [side for r in rounds for side in r]
+
+
+def _row(op: str, **ms: float) -> bench_cuda.Row:
+    w = next(w for w in bench_cuda.FULL if w.op == op)
+    return bench_cuda.Row(w, ms=dict(ms))
+
+
+def test_the_bars_are_judged_on_peer_time_over_ours() -> None:
+    rows = [_row("matmul", ours=2.0, cupy=1.0), _row("softmax", ours=1.0, torch=0.7)]
+    said = bench_cuda.bars(rows, simulated=False)
+    assert said[0].startswith("bar tuned matmul >= 0.5x cuBLAS (CuPy): MET (0.50x)")
+    assert said[1].startswith("bar softmax >= 0.8x PyTorch: NOT MET (0.70x)")
+    said = bench_cuda.bars([_row("matmul", ours=2.0)], simulated=False)
+    assert "not measured" in said[0] and "not measured" in said[1]
+    assert all("not judged" in s for s in bench_cuda.bars(rows, simulated=True))
+    text = bench_cuda.table(rows)
+    assert "0.50x" in text and "0.70x" in text
+
+
 def _script(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "bench_cuda.py"), *argv],
