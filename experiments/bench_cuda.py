@@ -282,10 +282,16 @@ def load_peers() -> dict[str, Any]:
 
 
 def _float32_only(torch: Any) -> None:
-    """No TF32 in matmul or convolution: every side computes in float32. cuDNN may autotune."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = False
+    """No TF32 in matmul or convolution: every side computes in float32. cuDNN may autotune.
+
+    PyTorch 2.9 and later say it with ``fp32_precision`` (and warn at the old flags).
+    """
+    matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
+        matmul.fp32_precision = "ieee"
+        conv.fp32_precision = "ieee"
+    else:
+        matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
 

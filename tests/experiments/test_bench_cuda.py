@@ -80,6 +80,18 @@ def test_torch_formulation_matches_the_reference(op_name: str, raw: dict) -> Non
     np.testing.assert_allclose(y().numpy(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_torch_is_kept_to_float32_on_the_gpu() -> None:
+    torch = pytest.importorskip("torch")
+    bench_cuda._float32_only(torch)
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        assert matmul.fp32_precision == "ieee"
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    else:
+        assert not matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert torch.backends.cudnn.benchmark
+
+
 def test_the_check_says_by_how_much_an_output_is_off() -> None:
     ref = np.ones((3, 4))
     assert bench_cuda.check("ours", ref.astype(np.float32), ref, 1e-3, 1e-3) is None
