@@ -257,6 +257,7 @@ def interleaved(
 def load_peers() -> dict[str, Any]:
     """The peer libraries that can run on this GPU; one line for each that cannot."""
     found: dict[str, Any] = {}
+    os.environ["CUPY_TF32"] = "0"  # read when CuPy is imported: cuBLAS in float32, as we compute
     try:
         import cupy as cp
 
