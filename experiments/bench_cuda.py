@@ -135,9 +135,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def gpu_count() -> int:
-    """CUDA devices the driver sees (0 without a driver); Numba is not imported for this."""
+    """CUDA devices the driver sees (0 without a driver); Numba is not imported for this.
+
+    The driver is the library Numba would load: ``NUMBA_CUDA_DRIVER`` where it is set.
+    """
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        lib = ctypes.CDLL(os.environ.get("NUMBA_CUDA_DRIVER") or "libcuda.so.1")
     except OSError:
         return 0
     try:
