@@ -94,11 +94,19 @@ def test_torch_is_kept_to_float32_on_the_gpu() -> None:
 
 def test_the_check_says_by_how_much_an_output_is_off() -> None:
     ref = np.ones((3, 4))
-    assert bench_cuda.check("ours", ref.astype(np.float32), ref, 1e-3, 1e-3) is None
+    assert bench_cuda.check("ours", ref.astype(np.float32), ref) is None
     bad = ref.copy()
     bad[1, 2] = 1.5
-    assert "0.5" in str(bench_cuda.check("ours", bad, ref, 1e-3, 1e-3))
-    assert "shape" in str(bench_cuda.check("ours", ref[:2], ref, 1e-3, 1e-3))
+    assert "0.5" in str(bench_cuda.check("ours", bad, ref))
+    assert "shape" in str(bench_cuda.check("ours", ref[:2], ref))
+
+
+def test_the_check_catches_a_wrong_softmax_of_small_elements() -> None:
+    _, inputs, ref = _setup("softmax", {"M": 4, "N": 4096})
+    assert float(ref.max()) < 1e-3  # a fixed absolute tolerance of 1e-3 would pass anything
+    assert bench_cuda.check("ours", ref.astype(np.float32), ref) is None
+    assert bench_cuda.check("ours", np.zeros_like(ref), ref) is not None
+    assert bench_cuda.check("ours", np.full_like(ref, 1 / 4096), ref) is not None
 
 
 class FakeTimer:
