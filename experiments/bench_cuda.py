@@ -31,9 +31,9 @@ them per side after a short rest and a warm-up, in an order that rotates
 from round to round, and a side's figure is the median of all its samples.
 
 Prints a table (ratios are peer time over ours: above 1 we are faster),
-writes ``--out`` (experiments/out/bench_cuda.csv) and says which of the
-issue's bars it meets: tuned matmul >= 0.5x cuBLAS, softmax >= 0.8x
-PyTorch. A peer that is not installed, or has no GPU, is skipped with one
+writes ``--out`` (experiments/out/bench_cuda.csv; bench_cuda_smoke.csv for
+a smoke run, whose log is apart too) and says which of the issue's bars it
+meets: tuned matmul >= 0.5x cuBLAS, softmax >= 0.8x PyTorch. A peer that is not installed, or has no GPU, is skipped with one
 line. ``--smoke`` runs the same path at tiny sizes with 2 trials each; with
 no GPU it sets ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported, and the
 simulator's timings (its wall clock, Python threads) mean nothing. With
@@ -110,8 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategy", default="xgb", help="search strategy (default xgb)")
     p.add_argument("--jobs", type=int, default=None, help="build processes (default: cores, <= 8)")
     p.add_argument("--retime", type=int, default=None, help="leaders re-timed (default 2; smoke 0)")
-    p.add_argument("--log", type=Path, default=OUT / "bench_cuda.jsonl")
-    p.add_argument("--out", type=Path, default=OUT / "bench_cuda.csv")
+    p.add_argument("--log", type=Path, default=None, help="(default out/bench_cuda[_smoke].jsonl)")
+    p.add_argument("--out", type=Path, default=None, help="(default out/bench_cuda[_smoke].csv)")
     p.add_argument("--no-tune", action="store_true", help="time the best records already in --log")
     p.add_argument("--only", default="", help="comma-separated ops (matmul,conv2d,softmax,...)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
@@ -121,6 +121,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     ns = p.parse_args(argv)
     small = ns.smoke
+    stem = OUT / ("bench_cuda_smoke" if small else "bench_cuda")  # a smoke run keeps off the GPU's
+    ns.log = ns.log if ns.log is not None else stem.with_suffix(".jsonl")
+    ns.out = ns.out if ns.out is not None else stem.with_suffix(".csv")
     ns.trials = ns.trials if ns.trials is not None else (2 if small else 32)
     ns.retime = ns.retime if ns.retime is not None else (0 if small else 2)
     ns.rounds = ns.rounds if ns.rounds is not None else (1 if small else 5)
@@ -739,6 +742,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(table(rows))
+    print("(ms: median per launch, CUDA events; x: peer time / ours, above 1 ours is faster)")
     for r in rows:
         for side, note in r.notes.items():
             if note != "not available":
