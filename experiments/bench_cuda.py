@@ -742,7 +742,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(table(rows))
-    print("(ms: median per launch, CUDA events; x: peer time / ours, above 1 ours is faster)")
+    clock = "the simulator's wall clock" if simulated else "CUDA events"
+    print(f"(ms: median per launch, by {clock}; x: peer time / ours, above 1 ours is faster)")
     for r in rows:
         for side, note in r.notes.items():
             if note != "not available":
