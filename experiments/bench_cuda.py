@@ -293,7 +293,8 @@ def _float32_only(torch: Any) -> None:
 
     PyTorch 2.9 and later say it with ``fp32_precision`` (and warn at the old flags).
     """
-    matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
+    matmul: Any = torch.backends.cuda.matmul
+    conv: Any = getattr(torch.backends.cudnn, "conv", None)
     if hasattr(matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
         matmul.fp32_precision = "ieee"
         conv.fp32_precision = "ieee"
