@@ -1,0 +1,762 @@
+"""Tuned CUDA kernels beside cuBLAS (CuPy) and PyTorch on one GPU: issue 15's benchmark.
+
+    python experiments/bench_cuda.py             # on a GPU machine: under 8 minutes (--budget 420)
+    python experiments/bench_cuda.py --smoke     # tiny sizes; Numba's simulator without a GPU
+
+For ``--target cuda`` it tunes four workloads with a small budget each (the
+project's ``tuner.tune.tune``, every measurement appended to ``--log``):
+matmul 4096^3 float32, conv2d 3x3 (N=8 C=256 H=W=28 K=256, pad 1), softmax
+8192x4096 and layer norm 8192x4096. ``--budget`` bounds the whole run: the
+tuning of each workload stops at its trial budget or at its share of the
+time left, whichever comes first. Then, in this one process, each best
+record is built (``tuner.apply_best`` + ``tuner.build_op``) and timed beside
+its peers:
+
+- CuPy: ``cupy.matmul`` (cuBLAS), softmax and layer norm written with CuPy
+  ops (max, exp, sum; mean, var, rsqrt); CuPy has no conv2d of its own, so
+  that row has no CuPy figure (a note says so).
+- PyTorch CUDA: ``torch.matmul``, ``F.conv2d`` (cuDNN, ``benchmark`` on),
+  ``torch.softmax``, ``F.layer_norm``. TF32 is switched off for matmul and
+  convolution: every side computes in float32.
+
+Every output (ours from the very device buffers that are timed) is checked
+against the operator's NumPy reference before any timing. Timing is by CUDA
+events on the default stream: our kernel through the backend's own
+``CudaTimer`` (inputs copied to the device once, launches between two
+events), the peers through ``cupy.cuda.Event`` / ``torch.cuda.Event`` the
+same way. A sample launches a side as many times as fill ``--min-sample``
+seconds (a launch costs microseconds of host time, so small kernels are
+timed many launches between two events); each round takes ``--samples`` of
+them per side after a short rest and a warm-up, in an order that rotates
+from round to round, and a side's figure is the median of all its samples.
+
+Prints a table (ratios are peer time over ours: above 1 we are faster),
+writes ``--out`` (experiments/out/bench_cuda.csv; bench_cuda_smoke.csv for
+a smoke run, whose log is apart too) and says which of the issue's bars it
+meets: tuned matmul >= 0.5x cuBLAS, softmax >= 0.8x PyTorch. A peer that is not installed, or has no GPU, is skipped with one
+line. ``--smoke`` runs the same path at tiny sizes with 2 trials each; with
+no GPU it sets ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported, and the
+simulator's timings (its wall clock, Python threads) mean nothing. With
+neither a GPU nor ``--smoke`` it says so in one line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import importlib.util
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "experiments" / "out"
+
+# The bars of issue 15 (peer time / ours at least this much).
+BARS = {"matmul": ("cupy", 0.5, "tuned matmul >= 0.5x cuBLAS (CuPy)"),
+        "softmax": ("torch", 0.8, "softmax >= 0.8x PyTorch")}  # fmt: skip
+
+PEERS = ("cupy", "torch")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # the table's label
+    op: str
+    args: dict[str, Any]
+
+
+FULL = [
+    Workload("matmul 4096^3", "matmul", {"M": 4096, "N": 4096, "K": 4096}),
+    Workload(
+        "conv2d 3x3 N=8 C=K=256 28x28",
+        "conv2d",
+        {"N": 8, "C": 256, "H": 28, "W": 28, "K": 256, "R": 3, "S": 3, "pad": 1},
+    ),
+    Workload("softmax 8192x4096", "softmax", {"M": 8192, "N": 4096}),
+    Workload("layer_norm 8192x4096", "layer_norm", {"M": 8192, "N": 4096}),
+]
+SMOKE = [
+    Workload("matmul 32^3", "matmul", {"M": 32, "N": 32, "K": 32}),
+    Workload(
+        "conv2d 3x3 N=1 C=K=4 6x6",
+        "conv2d",
+        {"N": 1, "C": 4, "H": 6, "W": 6, "K": 4, "R": 3, "S": 3, "pad": 1},
+    ),
+    Workload("softmax 8x32", "softmax", {"M": 8, "N": 32}),
+    Workload("layer_norm 8x32", "layer_norm", {"M": 8, "N": 32}),
+]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, 2 trials, simulator if no GPU")
+    p.add_argument("--trials", type=int, default=None, help="per workload (default 32; smoke 2)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=420.0,
+        help="seconds for the whole run (default 420); tuning gets what timing does not need",
+    )
+    p.add_argument("--strategy", default="xgb", help="search strategy (default xgb)")
+    p.add_argument("--jobs", type=int, default=None, help="build processes (default: cores, <= 8)")
+    p.add_argument("--retime", type=int, default=None, help="leaders re-timed (default 2; smoke 0)")
+    p.add_argument("--log", type=Path, default=None, help="(default out/bench_cuda[_smoke].jsonl)")
+    p.add_argument("--out", type=Path, default=None, help="(default out/bench_cuda[_smoke].csv)")
+    p.add_argument("--no-tune", action="store_true", help="time the best records already in --log")
+    p.add_argument("--only", default="", help="comma-separated ops (matmul,conv2d,softmax,...)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
+    p.add_argument("--samples", type=int, default=None, help="samples per side a round (3)")
+    p.add_argument("--min-sample", type=float, default=None, help="seconds a sample (0.02)")
+    p.add_argument("--rest", type=float, default=0.1, help="seconds of rest before each side")
+    p.add_argument("--seed", type=int, default=0)
+    ns = p.parse_args(argv)
+    small = ns.smoke
+    stem = OUT / ("bench_cuda_smoke" if small else "bench_cuda")  # a smoke run keeps off the GPU's
+    ns.log = ns.log if ns.log is not None else stem.with_suffix(".jsonl")
+    ns.out = ns.out if ns.out is not None else stem.with_suffix(".csv")
+    ns.trials = ns.trials if ns.trials is not None else (2 if small else 32)
+    ns.retime = ns.retime if ns.retime is not None else (0 if small else 2)
+    ns.rounds = ns.rounds if ns.rounds is not None else (1 if small else 5)
+    ns.samples = ns.samples if ns.samples is not None else (2 if small else 3)
+    ns.min_sample = ns.min_sample if ns.min_sample is not None else (0.0 if small else 0.02)
+    if small:
+        ns.rest = min(ns.rest, 0.01)
+    return ns
+
+
+# -- is there a GPU? (asked of the driver, before Numba is imported) --------------------------
+
+
+def gpu_count() -> int:
+    """CUDA devices the driver sees (0 without a driver); Numba is not imported for this.
+
+    The driver is the library Numba would load: ``NUMBA_CUDA_DRIVER`` where it is set.
+    """
+    try:
+        lib = ctypes.CDLL(os.environ.get("NUMBA_CUDA_DRIVER") or "libcuda.so.1")
+    except OSError:
+        return 0
+    try:
+        if lib.cuInit(0) != 0:
+            return 0
+        n = ctypes.c_int(0)
+        if lib.cuDeviceGetCount(ctypes.byref(n)) != 0:
+            return 0
+        return n.value
+    except AttributeError:
+        return 0
+
+
+def choose_device(smoke: bool) -> tuple[bool, str | None]:
+    """(simulated, error): the simulator is set up for a smoke run without a GPU.
+
+    ``NUMBA_ENABLE_CUDASIM=1`` already in the environment is respected for a
+    smoke run; a full run needs a real GPU.
+    """
+    asked = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    if asked:
+        if smoke:
+            return True, None
+        return True, (
+            "bench_cuda: NUMBA_ENABLE_CUDASIM=1 is set; the full benchmark needs a real GPU"
+            " (unset it), or run --smoke"
+        )
+    if gpu_count() > 0:
+        return False, None
+    if not smoke:
+        return True, (
+            "bench_cuda: no CUDA GPU on this machine (the driver sees none); run it where"
+            " there is one, or add --smoke to run tiny sizes on Numba's CUDA simulator"
+        )
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # read by Numba when it is first imported
+    return True, None
+
+
+# -- timers: run once (and wait), or seconds for reps launches between two events ------------
+
+
+class EventTimer:
+    """A peer's launch timed between two CUDA events of its own library."""
+
+    def __init__(
+        self, launch: Callable[[], Any], event: Callable[[], Any], sync: Callable[[], Any]
+    ):
+        self.launch, self.event, self.sync = launch, event, sync
+
+    def run(self) -> None:
+        self.launch()
+        self.sync()
+
+    def seconds(self, reps: int) -> float:
+        start, stop = self.event(), self.event()
+        start.record()
+        for _ in range(reps):
+            self.launch()
+        stop.record()
+        stop.synchronize()
+        return self.elapsed_ms(start, stop) / 1e3
+
+    def elapsed_ms(self, start: Any, stop: Any) -> float:
+        raise NotImplementedError
+
+
+class CupyTimer(EventTimer):
+    def __init__(self, cp: Any, launch: Callable[[], Any]):
+        super().__init__(launch, cp.cuda.Event, cp.cuda.Device().synchronize)
+        self.cp = cp
+
+    def elapsed_ms(self, start: Any, stop: Any) -> float:
+        return float(self.cp.cuda.get_elapsed_time(start, stop))
+
+
+class TorchTimer(EventTimer):
+    def __init__(self, torch: Any, launch: Callable[[], Any]):
+        super().__init__(
+            launch, lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize
+        )
+
+    def elapsed_ms(self, start: Any, stop: Any) -> float:
+        return float(start.elapsed_time(stop))
+
+
+def reps_for(timer: Any, min_sample: float, cap: int = 1 << 14) -> int:
+    """Launches per sample so that a sample lasts at least ``min_sample`` seconds."""
+    n = 1
+    while True:
+        dt = timer.seconds(n)
+        if dt >= min_sample or n >= cap:
+            return n
+        n = min(cap, max(2 * n, int(n * min_sample / max(dt, 1e-9)) + 1))
+
+
+def interleaved(
+    timers: dict[str, Any], rounds: int, samples: int, min_sample: float, rest: float
+) -> dict[str, tuple[list[float], int]]:
+    """Seconds per launch of each side: ``samples`` a round, rounds in rotating order."""
+    names = list(timers)
+    for t in timers.values():  # warm-up: first launches load modules and pick algorithms
+        t.run()
+    reps = {k: reps_for(t, min_sample) for k, t in timers.items()}
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            t, n = timers[name], reps[name]
+            time.sleep(rest)
+            t.seconds(max(1, n // 4))  # untimed: the clocks back up after the rest
+            out[name] += [t.seconds(n) / n for _ in range(samples)]
+    return {k: (v, reps[k]) for k, v in out.items()}
+
+
+# -- the peers: set up on the device, checked, then timed ------------------------------------
+
+
+def load_peers() -> dict[str, Any]:
+    """The peer libraries that can run on this GPU; one line for each that cannot."""
+    found: dict[str, Any] = {}
+    os.environ["CUPY_TF32"] = "0"  # read when CuPy is imported: cuBLAS in float32, as we compute
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("it sees no GPU")
+        found["cupy"] = cp
+    except ImportError:
+        print("peer CuPy: skipped (cupy is not installed)")
+    except Exception as exc:  # a CuPy without a usable device raises its own errors
+        print(f"peer CuPy: skipped ({type(exc).__name__}: {_line(exc)})")
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"torch {torch.__version__} has no CUDA device")
+        _float32_only(torch)
+        found["torch"] = torch
+    except ImportError:
+        print("peer PyTorch: skipped (torch is not installed)")
+    except Exception as exc:
+        print(f"peer PyTorch: skipped ({_line(exc)})")
+    return found
+
+
+def _float32_only(torch: Any) -> None:
+    """No TF32 in matmul or convolution: every side computes in float32. cuDNN may autotune.
+
+    PyTorch 2.9 and later say it with ``fp32_precision`` (and warn at the old flags).
+    """
+    matmul: Any = torch.backends.cuda.matmul
+    conv: Any = getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
+        matmul.fp32_precision = "ieee"
+        conv.fp32_precision = "ieee"
+    else:
+        matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+
+
+def cupy_formulation(xp: Any, op: str, args: dict[str, Any], dev: list[Any]) -> Any:
+    """(launch, output) of CuPy's formulation of ``op`` on device arrays ``dev``, or a str
+    saying why there is none. ``xp`` is ``cupy`` (NumPy runs the same calls, for the tests)."""
+    if op == "matmul":
+        a, b = dev
+        c = xp.empty((a.shape[0], b.shape[1]), a.dtype)
+        return (lambda: xp.matmul(a, b, out=c)), c
+    if op == "softmax":
+        (x,) = dev
+        y = xp.empty_like(x)
+        m = xp.empty((x.shape[0], 1), x.dtype)
+        s = xp.empty((x.shape[0], 1), x.dtype)
+
+        def softmax() -> None:
+            xp.max(x, axis=1, keepdims=True, out=m)
+            xp.subtract(x, m, out=y)
+            xp.exp(y, out=y)
+            xp.sum(y, axis=1, keepdims=True, out=s)
+            xp.divide(y, s, out=y)
+
+        return softmax, y
+    if op == "layer_norm":
+        x, gamma, beta = dev
+        eps = x.dtype.type(float(args["eps"]))
+        y = xp.empty_like(x)
+        mean = xp.empty((x.shape[0], 1), x.dtype)
+        rstd = xp.empty((x.shape[0], 1), x.dtype)
+
+        def layer_norm() -> None:
+            xp.mean(x, axis=1, keepdims=True, out=mean)
+            xp.var(x, axis=1, keepdims=True, out=rstd)
+            xp.add(rstd, eps, out=rstd)
+            xp.sqrt(rstd, out=rstd)
+            xp.reciprocal(rstd, out=rstd)
+            xp.subtract(x, mean, out=y)
+            xp.multiply(y, rstd, out=y)
+            xp.multiply(y, gamma, out=y)
+            xp.add(y, beta, out=y)
+
+        return layer_norm, y
+    if op == "conv2d":
+        return "CuPy has no conv2d of its own; no CuPy figure"
+    return f"no CuPy formulation of {op}"
+
+
+def cupy_side(cp: Any, w: Workload, args: dict[str, Any], inputs: list[np.ndarray]) -> Any:
+    """(timer, fetch) for CuPy on ``w``, or a str saying why there is none."""
+    got = cupy_formulation(cp, w.op, args, [cp.asarray(a) for a in inputs])
+    if isinstance(got, str):
+        return got
+    launch, y = got
+    return CupyTimer(cp, launch), lambda: cp.asnumpy(y)
+
+
+def torch_formulation(
+    torch: Any, op: str, args: dict[str, Any], dev: list[Any]
+) -> tuple[Callable[[], None], Callable[[], Any]] | str:
+    """(launch, output) of PyTorch's call of ``op`` on tensors ``dev`` (any device), or a str
+    saying why there is none."""
+    import torch.nn.functional as F
+
+    box: dict[str, Any] = {}
+    if op == "matmul":
+        a, b = dev
+        c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        box["y"] = c
+        return (lambda: torch.matmul(a, b, out=c)), lambda: box["y"]
+    if op == "conv2d":
+        x, wt = dev
+        if args["layout"] != "NCHW" or args["bias"] or args["activation"] != "none":
+            return "the PyTorch side is written for plain NCHW conv2d"
+        if args["epilogue"] not in ("", "none"):
+            return "the PyTorch side is written for conv2d without an epilogue"
+        conv = (int(args["stride"]), int(args["pad"]), int(args["dilation"]), int(args["groups"]))
+
+        def conv2d() -> None:
+            box["y"] = F.conv2d(x, wt, None, *conv)
+
+        return conv2d, lambda: box["y"]
+    if op == "softmax":
+        (x,) = dev
+
+        def softmax() -> None:
+            box["y"] = torch.softmax(x, dim=1)
+
+        return softmax, lambda: box["y"]
+    if op == "layer_norm":
+        x, gamma, beta = dev
+        eps, n = float(args["eps"]), x.shape[1]
+
+        def layer_norm() -> None:
+            box["y"] = F.layer_norm(x, (n,), gamma, beta, eps)
+
+        return layer_norm, lambda: box["y"]
+    return f"no PyTorch call for {op}"
+
+
+def torch_side(torch: Any, w: Workload, args: dict[str, Any], inputs: list[np.ndarray]) -> Any:
+    """(timer, fetch) for PyTorch CUDA on ``w``, or a str saying why there is none."""
+    dev = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+    got = torch_formulation(torch, w.op, args, dev)
+    if isinstance(got, str):
+        return got
+    launch, y = got
+    return TorchTimer(torch, launch), lambda: y().cpu().numpy()
+
+
+# -- one workload: tune, build, check, time ---------------------------------------------------
+
+
+@dataclass
+class Row:
+    workload: Workload
+    trials: int = 0
+    errors: int = 0
+    tune_seconds: float = 0.0
+    tuned: bool = False
+    config: str = ""
+    ms: dict[str, float | None] = field(default_factory=dict)
+    reps: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    flops: float | None = None
+    bytes_moved: float | None = None
+
+    def ratio(self, peer: str) -> float | None:
+        ours, theirs = self.ms.get("ours"), self.ms.get(peer)
+        return theirs / ours if ours and theirs else None
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+#: Relative tolerance of every check, elementwise; the absolute one is this much of the
+#: output's largest magnitude (a softmax over 4096 columns has elements near 1/4096: a fixed
+#: absolute tolerance of 1e-3 would pass an output of zeros).
+RTOL, ATOL_OF_MAX = 1e-3, 1e-5
+
+
+def check(name: str, got: np.ndarray, ref: np.ndarray) -> str | None:
+    """None when ``got`` matches ``ref``; else one line saying by how much it does not."""
+    if got.shape != ref.shape:
+        return f"{name}: shape {got.shape}, expected {ref.shape}"
+    atol = ATOL_OF_MAX * float(np.abs(ref).max(initial=0.0))
+    if np.allclose(got, ref, rtol=RTOL, atol=atol):
+        return None
+    err = float(np.nanmax(np.abs(got.astype(np.float64) - ref)))
+    return f"{name}: output differs from NumPy's by up to {err:.3g}"
+
+
+def tune_one(w: Workload, ns: argparse.Namespace, time_limit: float, jobs: int) -> Row:
+    from tuner.measure import MeasureOptions
+    from tuner.tune import TuneOptions, tune
+
+    measure = MeasureOptions(jobs=jobs)
+    if ns.smoke:
+        measure = MeasureOptions(jobs=jobs, samples=2, passes=1, min_sample_seconds=0.0)
+    opts = TuneOptions(
+        trials=ns.trials,
+        time_limit=time_limit,
+        strategy=ns.strategy,
+        log=ns.log,
+        seed=ns.seed,
+        batch=min(8, ns.trials),
+        target="cuda",
+        measure=measure,
+        retime=ns.retime,
+        baseline=False,
+    )
+    result = tune(w.op, w.args, opts)
+    row = Row(w, trials=result.measured, errors=result.errors, tune_seconds=result.elapsed)
+    best = result.best
+    got = f"best {best.median * 1e3:.3f} ms" if best is not None else "no candidate ran"
+    print(
+        f"tuned {w.name}: {result.measured} measured ({result.resumed} in the log before),"
+        f" {result.errors} errors, {got}, {result.elapsed:.0f} s ({result.stopped_because})",
+        flush=True,
+    )
+    return row
+
+
+def measure_one(
+    row: Row, ns: argparse.Namespace, gpu: Any, peers: dict[str, Any], records: Any
+) -> None:
+    """Build the best record of ``row``'s workload, check every side, time them interleaved."""
+    from search_spaces import get_operator
+    from tuner.compile import UntunedWorkloadWarning, build_op
+
+    w = row.workload
+    op = get_operator(w.op)
+    args = op.parse_args(w.args)
+    row.flops = op.flops(args)
+    row.bytes_moved = op.bytes_moved(args) if op.bytes_moved is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UntunedWorkloadWarning)
+        f = build_op(w.op, target=gpu, records=records, **w.args)
+    row.tuned = f.record is not None
+    row.config = " ".join(f"{k}={v}" for k, v in sorted(f.config.items()))
+    if not row.tuned:
+        row.notes["ours"] = "no tuning record: the default schedule"
+    inputs = op.make_inputs(args, seed=ns.seed, target=gpu)
+    t0 = time.perf_counter()
+    ref = np.asarray(op.reference(*inputs, **args))
+    print(f"{w.name}: NumPy reference in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    buf = f.kernel.args[-1]
+    out = np.zeros(buf.shape, buf.dtype)
+    timers: dict[str, Any] = {}
+    ours = f.kernel.timer(*(np.ascontiguousarray(a) for a in inputs), out)
+    ours.run()
+    ours.fetch()  # the output of the very device buffers that are then timed
+    bad = check("ours", out, ref)
+    if bad:
+        row.notes["ours"] = bad
+        print(f"{w.name}: {bad}; not timed", flush=True)
+    else:
+        timers["ours"] = ours
+    for name, make in (("cupy", cupy_side), ("torch", torch_side)):
+        if name not in peers:
+            row.notes[name] = "not available"
+            continue
+        try:
+            side = make(peers[name], w, args, inputs)
+            if isinstance(side, str):
+                row.notes[name] = side
+                print(f"{w.name}: {name}: {side}", flush=True)
+                continue
+            timer, fetch = side
+            timer.run()
+            bad = check(name, np.asarray(fetch()), ref)
+        except Exception as exc:  # a peer's failure is its row's note, never the run's end
+            bad = f"{name}: failed ({type(exc).__name__}: {_line(exc)})"
+        if bad:
+            row.notes[name] = bad
+            print(f"{w.name}: {bad}; not timed", flush=True)
+        else:
+            timers[name] = timer
+    if not timers:
+        return
+    try:
+        got = interleaved(timers, ns.rounds, ns.samples, ns.min_sample, ns.rest)
+    except Exception as exc:
+        row.notes["timing"] = f"timing failed: {type(exc).__name__}: {_line(exc)}"
+        print(f"{w.name}: {row.notes['timing']}", flush=True)
+        return
+    for name, (samples, reps) in got.items():
+        row.ms[name] = statistics.median(samples) * 1e3
+        row.reps[name] = reps
+    if "ours" in timers:  # the timed launches still compute the right thing
+        ours.fetch()
+        bad = check("ours after timing", out, ref)
+        if bad:
+            row.notes["ours"] = bad
+            row.ms["ours"] = None
+            print(f"{w.name}: {bad}", flush=True)
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _rate(row: Row) -> str:
+    ms = row.ms.get("ours")
+    if not ms:
+        return "-"
+    if row.bytes_moved:
+        return f"{row.bytes_moved / (ms * 1e-3) / 1e9:.3g} GB/s"
+    if row.flops:
+        return f"{row.flops / (ms * 1e-3) / 1e9:.3g} GFLOP/s"
+    return "-"
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def table(rows: list[Row]) -> str:
+    head = ["workload", "trials", "ours ms", "ours rate", "cupy ms", "torch ms"]
+    head += ["cupy/ours", "torch/ours"]
+    body = [
+        [
+            r.workload.name,
+            str(r.trials),
+            _ms(r.ms.get("ours")),
+            _rate(r),
+            _ms(r.ms.get("cupy")),
+            _ms(r.ms.get("torch")),
+            _ratio(r.ratio("cupy")),
+            _ratio(r.ratio("torch")),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    lines = ["  ".join(x.ljust(n) for x, n in zip(head, widths, strict=True))]
+    lines.append("  ".join("-" * n for n in widths))
+    lines += ["  ".join(x.ljust(n) for x, n in zip(b, widths, strict=True)) for b in body]
+    return "\n".join(lines)
+
+
+def bars(rows: list[Row], simulated: bool) -> list[str]:
+    said = []
+    for op, (peer, bar, what) in BARS.items():
+        row = next((r for r in rows if r.workload.op == op), None)
+        ratio = row.ratio(peer) if row is not None else None
+        if simulated:
+            said.append(f"bar {what}: not judged (simulator timings)")
+        elif ratio is None:
+            said.append(f"bar {what}: not measured ({peer} or ours has no time)")
+        else:
+            verdict = "MET" if ratio >= bar else "NOT MET"
+            said.append(f"bar {what}: {verdict} ({ratio:.2f}x)")
+    return said
+
+
+CSV_FIELDS = [
+    "workload", "op", "args", "device", "simulated", "strategy", "trials", "errors", "tune_seconds",
+    "tuned", "config", "ours_ms", "cupy_ms", "torch_ms", "cupy_over_ours", "torch_over_ours",
+    "ours_reps", "cupy_reps", "torch_reps", "ours_gflops", "ours_gbps",
+    "ours_note", "cupy_note", "torch_note", "tune_note", "timing_note",
+]  # fmt: skip
+
+
+def write_csv(path: Path, rows: list[Row], device: str, simulated: bool, strategy: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        out = csv.DictWriter(fh, CSV_FIELDS)
+        out.writeheader()
+        for r in rows:
+            ms = r.ms.get("ours")
+            rec: dict[str, Any] = {
+                "workload": r.workload.name,
+                "op": r.workload.op,
+                "args": " ".join(f"{k}={v}" for k, v in r.workload.args.items()),
+                "device": device,
+                "simulated": simulated,
+                "strategy": strategy,
+                "trials": r.trials,
+                "errors": r.errors,
+                "tune_seconds": f"{r.tune_seconds:.1f}",
+                "tuned": r.tuned,
+                "config": r.config,
+                "ours_gflops": f"{r.flops / ms / 1e6:.1f}" if ms and r.flops else "",
+                "ours_gbps": f"{r.bytes_moved / ms / 1e6:.1f}" if ms and r.bytes_moved else "",
+            }
+            for side in ("ours", *PEERS):
+                v = r.ms.get(side)
+                rec[f"{side}_ms"] = "" if v is None else f"{v:.6g}"
+                rec[f"{side}_reps"] = r.reps.get(side, "")
+                rec[f"{side}_note"] = r.notes.get(side, "")
+            rec["tune_note"] = r.notes.get("tune", "")
+            rec["timing_note"] = r.notes.get("timing", "")
+            for peer in PEERS:
+                q = r.ratio(peer)
+                rec[f"{peer}_over_ours"] = "" if q is None else f"{q:.4f}"
+            out.writerow(rec)
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parse_args(argv)
+    simulated, error = choose_device(ns.smoke)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    sys.path.insert(0, str(ROOT))
+    missing = [m for m in ("optuna", "pandas", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"bench_cuda: the tuner needs {', '.join(missing)}, not installed here"
+            " (with no network, bring them as wheels)",
+            file=sys.stderr,
+        )
+        return 2
+    if ns.strategy == "xgb" and importlib.util.find_spec("xgboost") is None:
+        print("bench_cuda: xgboost is not installed: searching with --strategy random instead")
+        ns.strategy = "random"
+    from tuner.compile import apply_best
+    from tuner.target import Target, TargetError
+
+    try:
+        gpu = Target.from_name("cuda")
+    except TargetError as exc:
+        print(f"bench_cuda: {exc}", file=sys.stderr)
+        return 2
+    device = (
+        f"{gpu.get('model', '?')} (compute capability {gpu.get('compute_capability', '?')},"
+        f" {gpu.get('multiprocessors', '?')} multiprocessors)"
+    )
+    if simulated:
+        print(
+            "bench_cuda: no GPU: Numba's CUDA simulator runs the kernels; its timings are its"
+            " wall clock over Python threads and mean nothing (the run checks the path only)"
+        )
+    print(f"device: {device}; log {ns.log}; {ns.trials} trials a workload", flush=True)
+    workloads = SMOKE if ns.smoke else FULL
+    if ns.only:
+        keep = {s.strip() for s in ns.only.split(",") if s.strip()}
+        workloads = [w for w in workloads if w.op in keep]
+    if not workloads:
+        print(f"bench_cuda: --only {ns.only!r} names none of the workloads", file=sys.stderr)
+        return 2
+    jobs = ns.jobs or max(1, min(8, os.cpu_count() or 1))
+    ns.log.parent.mkdir(parents=True, exist_ok=True)
+
+    rows: list[Row] = []
+    # What the timing half needs: builds, references, checks and the rounds, per workload.
+    reserve = 0.0 if ns.smoke else 30.0 * len(workloads)
+    for i, w in enumerate(workloads):
+        if ns.no_tune:
+            rows.append(Row(w))
+            continue
+        left = ns.budget - reserve - (time.monotonic() - start)
+        share = max(10.0, left / (len(workloads) - i))
+        try:
+            rows.append(tune_one(w, ns, share, jobs))
+        except Exception as exc:  # one workload's failure is its row's note, not the run's end
+            print(f"tuning {w.name} failed: {type(exc).__name__}: {_line(exc)}", flush=True)
+            rows.append(Row(w, notes={"tune": f"tuning failed: {_line(exc)}"}))
+
+    peers = load_peers()
+    if not ns.log.exists():
+        print(f"bench_cuda: {ns.log} does not exist: nothing tuned", file=sys.stderr)
+    with apply_best(ns.log if ns.log.exists() else []) as records:
+        for row in rows:
+            try:
+                measure_one(row, ns, gpu, peers, records)
+            except Exception as exc:  # one workload's failure is its row's note
+                row.notes["ours"] = f"failed: {type(exc).__name__}: {_line(exc)}"
+                print(f"{row.workload.name}: {row.notes['ours']}", flush=True)
+
+    print()
+    print(table(rows))
+    clock = "the simulator's wall clock" if simulated else "CUDA events"
+    print(f"(ms: median per launch, by {clock}; x: peer time / ours, above 1 ours is faster)")
+    for r in rows:
+        for side, note in r.notes.items():
+            if note != "not available":
+                print(f"  {r.workload.name} / {side}: {note}")
+    if simulated:
+        print("(simulator: the times above are meaningless; only the path was exercised)")
+    for line in bars(rows, simulated):
+        print(line)
+    write_csv(ns.out, rows, device, simulated, ns.strategy)
+    print(f"wrote {ns.out} ({time.monotonic() - start:.0f} s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
