@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import importlib.util
 import linecache
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -35,6 +34,7 @@ from ..backend import (
     check_no_overlap,
     register_backend,
 )
+from ..numba_source import write_module
 from .source import render
 
 __all__ = ["CpuKernel", "NumbaCpuBackend"]
@@ -220,13 +220,7 @@ class NumbaCpuBackend(Backend):
         name = f"k_{key}"
         if name in sys.modules:
             return CpuKernel(func, source, sys.modules[name], target)
-        folder = cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
+        path = write_module(name, source)
         return CpuKernel(func, source, _import(path, name, source, vec), target)
 
     def describe(self, kernel: Kernel) -> dict[str, Any] | None:

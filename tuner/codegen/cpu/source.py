@@ -17,12 +17,11 @@ import numpy as np
 
 from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Seq, Stmt, Store
 from ...lower.lower import LoweredFunc
-from ...lower.render import SourceRenderer
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
 from ...schedule.state import ScheduleError
-from ...te.dtypes import is_float
-from ...te.expr import Binary, Call, Cast, Const, Expr, Var, walk
+from ...te.expr import Call, Cast, Const, Expr, Var, walk
+from ..numba_source import NumbaSourceRenderer
 
 __all__ = ["render"]
 
@@ -34,7 +33,7 @@ _MAX_STAGED = 64
 _FLOAT32_HELPERS = ("exp", "tanh", "sigmoid", "erf")
 
 
-class NumbaRenderer(SourceRenderer):
+class NumbaRenderer(NumbaSourceRenderer):
     def __init__(self, func: LoweredFunc, stage_vectors: bool = False):
         super().__init__({b.name: b for b in func.args})
         self.func = func
@@ -47,17 +46,6 @@ class NumbaRenderer(SourceRenderer):
         self.has_prange = False
 
     # -- expressions -------------------------------------------------------
-    def const(self, e: Const) -> str:
-        text = super().const(e)
-        if not is_float(e.dtype):
-            return text
-        return f"np.{e.dtype}({text.replace('inf', 'np.inf')})"
-
-    def binary(self, e: Binary, a: str, b: str) -> str:
-        if e.op == "div" and not is_float(e.a.dtype):
-            a, b = f"np.{e.dtype}({a})", f"np.{e.dtype}({b})"
-        return super().binary(e, a, b)
-
     def cast(self, e: Cast, value: str) -> str:
         return f"np.{'bool_' if e.dtype == 'bool' else e.dtype}({value})"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import linecache
-import os
 import sys
 import threading
 import time
@@ -39,11 +38,11 @@ from ..backend import (
     Kernel,
     LaunchError,
     Timer,
-    cache_dir,
     check_arrays,
     check_no_overlap,
     register_backend,
 )
+from ..numba_source import write_module
 from .device import cuda_simulator_requested, numba_cuda
 from .source import render
 
@@ -210,11 +209,5 @@ class NumbaCudaBackend(Backend):
         name = f"cuda_{key}"
         if name in sys.modules:
             return CudaKernel(func, source, sys.modules[name], target, program)
-        folder = cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
+        path = write_module(name, source)
         return CudaKernel(func, source, _import(path, name, source), target, program)

@@ -27,11 +27,11 @@ from __future__ import annotations
 from ...lower.gpu import GpuKernel, GpuProgram, gpu_program
 from ...lower.ir import Barrier, Buffer, For
 from ...lower.lower import LoweredFunc
-from ...lower.render import SourceRenderer
 from ...lower.simplify import Linear, linear, render_linear, simplify
 from ...lower.visitor import substitute_stmt
 from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Var
+from ..numba_source import NumbaSourceRenderer
 
 __all__ = ["kernel_name", "render"]
 
@@ -44,7 +44,7 @@ def _np_type(dtype: str) -> str:
     return "np.bool_" if dtype == "bool" else f"np.{dtype}"
 
 
-class CudaRenderer(SourceRenderer):
+class CudaRenderer(NumbaSourceRenderer):
     """One kernel's body; ``declared`` collects the buffers it allocates (name -> buffer)."""
 
     def __init__(self, buffers: dict[str, Buffer], kernel: GpuKernel):
@@ -53,17 +53,6 @@ class CudaRenderer(SourceRenderer):
         self.declared: dict[str, Buffer] = {}
 
     # -- expressions -------------------------------------------------------
-    def const(self, e: Const) -> str:
-        text = super().const(e)
-        if not is_float(e.dtype):
-            return text
-        return f"np.{e.dtype}({text.replace('inf', 'np.inf')})"
-
-    def binary(self, e: Binary, a: str, b: str) -> str:
-        if e.op == "div" and not is_float(e.a.dtype):
-            a, b = f"np.{e.dtype}({a})", f"np.{e.dtype}({b})"
-        return super().binary(e, a, b)
-
     def cast(self, e: Cast, value: str) -> str:
         if e.dtype == "bool":
             return f"({value} != 0)"

@@ -1,0 +1,50 @@
+"""What Numba source for any device shares: scalars typed as NumPy's, so Numba infers them.
+
+Both backends (``cpu``: ``numba.njit``; ``cuda``: ``numba.cuda.jit``)
+generate Python source that Numba compiles. A float constant or an integer
+division left to Python would be typed float64; written ``np.float32(...)``
+it stays in the kernel's dtype.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..lower.render import SourceRenderer
+from ..te.dtypes import is_float
+from ..te.expr import Binary, Const
+from .backend import cache_dir
+
+__all__ = ["NumbaSourceRenderer", "write_module"]
+
+
+class NumbaSourceRenderer(SourceRenderer):
+    """A ``SourceRenderer`` whose constants and integer divisions carry NumPy dtypes."""
+
+    def const(self, e: Const) -> str:
+        text = super().const(e)
+        if not is_float(e.dtype):
+            return text
+        return f"np.{e.dtype}({text.replace('inf', 'np.inf')})"
+
+    def binary(self, e: Binary, a: str, b: str) -> str:
+        if e.op == "div" and not is_float(e.a.dtype):
+            a, b = f"np.{e.dtype}({a})", f"np.{e.dtype}({b})"
+        return super().binary(e, a, b)
+
+
+def write_module(name: str, source: str) -> Path:
+    """``source`` as ``<cache folder>/<name>.py``, written atomically unless it is there already.
+
+    Several processes may build the same kernel at once: each writes its own
+    temporary file and renames it into place, so none imports a partial one.
+    """
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
