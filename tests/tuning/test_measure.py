@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from records import ErrorKind
@@ -89,3 +90,19 @@ def test_samples_are_spread_over_passes() -> None:
     assert _shares(2, 3) == [1, 1]
     assert _shares(4, 1) == [4]
     assert sum(_shares(7, 3)) == 7
+
+
+def test_the_output_check_scales_its_absolute_tolerance_with_the_output() -> None:
+    from tuner.measure._child import matches
+
+    rng = np.random.default_rng(0)
+    rows = rng.random((4, 4096)).astype(np.float32)
+    probs = rows / rows.sum(axis=1, keepdims=True)  # entries near 2e-4, as a softmax's
+    assert not matches(np.zeros_like(probs), probs, 1e-3, 1e-3), "zeros are no softmax"
+    assert matches(probs * np.float32(1 + 1e-5), probs, 1e-3, 1e-3)
+    big = rng.standard_normal((64, 64)).astype(np.float32) * 300  # a deep matmul's sums
+    noise = rng.standard_normal(big.shape).astype(np.float32) * 1e-3
+    assert matches(big + noise, big, 1e-3, 1e-3)
+    assert not matches(big + 5.0, big, 1e-3, 1e-3)
+    zeros = np.zeros(8, np.float32)
+    assert matches(zeros, zeros, 1e-3, 1e-3) and not matches(zeros + 0.01, zeros, 1e-3, 1e-3)

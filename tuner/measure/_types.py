@@ -23,7 +23,7 @@ class MeasureOptions:
     min_sample_seconds: float = 0.02  # repetitions per sample are scaled up to this
     warmup: int = 1
     rtol: float = 1e-3
-    atol: float = 1e-3
+    atol: float = 1e-3  # times the reference output's largest magnitude
     # Modules that register extra operators, imported by every worker (Python API only;
     # never filled from a log or a command line).
     plugins: tuple[str, ...] = ()
