@@ -38,6 +38,17 @@ line. ``--smoke`` runs the same path at tiny sizes with 2 trials each; with
 no GPU it sets ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported, and the
 simulator's timings (its wall clock, Python threads) mean nothing. With
 neither a GPU nor ``--smoke`` it says so in one line and exits non-zero.
+
+On a lent GPU machine without network (numba, numba-cuda, CuPy and PyTorch
+there; optuna and xgboost not), the wheels travel: fetch them here once,
+then run one command there with the folder carried::
+
+    pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d .whl optuna==5.0.0 alembic==1.20.1 sqlalchemy==2.1.9 mako==1.4.3 colorlog==6.12.0 \
+        xgboost-cpu==3.2.0 numba-cuda==0.30.4
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \
+        && PYTHONPATH=/tmp/site:$PWD python3 experiments/bench_cuda.py --out $OUT/bench_cuda.csv --log $OUT/bench_cuda.jsonl
 """
 
 from __future__ import annotations
