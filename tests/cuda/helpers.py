@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 import tuner
+from search_spaces._cuda.matmul import cooperative_copy
 from tuner import te
 from tuner.schedule import Schedule
 from tuner.target import Target
@@ -40,16 +41,6 @@ def run_gpu(
     kern(*arrays, result)
     np.testing.assert_allclose(result, ref(*arrays), rtol=rtol, atol=atol)
     return kern
-
-
-def cooperative_copy(s: Schedule, T: te.Tensor, ty: int, tx: int) -> None:
-    """Spread the copy of cache ``T`` over ``ty x tx`` threads."""
-    axes = s[T].op.axis
-    flat = s[T].fuse(*axes) if len(axes) > 1 else axes[0]
-    _, inner = s[T].split(flat, factor=ty * tx)
-    fy, fx = s[T].split(inner, factor=tx)
-    s[T].bind(fy, "threadIdx.y")
-    s[T].bind(fx, "threadIdx.x")
 
 
 def tiled_matmul(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..lower.render import SourceRenderer
 from ..te.dtypes import is_float
-from ..te.expr import Binary, Const
+from ..te.expr import Binary, Const, Expr
 from .backend import cache_dir
 
 __all__ = ["NumbaSourceRenderer", "write_module"]
@@ -32,6 +32,15 @@ class NumbaSourceRenderer(SourceRenderer):
         if e.op == "div" and not is_float(e.a.dtype):
             a, b = f"np.{e.dtype}({a})", f"np.{e.dtype}({b})"
         return super().binary(e, a, b)
+
+    def flat_index(self, name: str, idx: tuple[Expr, ...]) -> Expr:
+        """Buffer ``name``'s element ``idx`` as one row-major offset (kernels take flat arrays)."""
+        flat: Expr = Const(0)
+        stride = 1
+        for i, extent in zip(reversed(idx), reversed(self.buffers[name].shape), strict=True):
+            flat = flat + i * stride
+            stride *= extent
+        return flat
 
 
 def write_module(name: str, source: str) -> Path:

@@ -61,12 +61,7 @@ class NumbaRenderer(NumbaSourceRenderer):
         return f"math.{e.name}({args})"
 
     def index(self, name: str, idx: tuple[Expr, ...]) -> str:
-        shape = self.buffers[name].shape
-        flat: Expr = Const(0)
-        stride = 1
-        for i, extent in zip(reversed(idx), reversed(shape), strict=True):
-            flat = flat + i * stride
-            stride *= extent
+        flat = self.flat_index(name, idx)
         if name in self.slots:
             var, size = self.slots[name]
             flat = flat + Var(var) * size

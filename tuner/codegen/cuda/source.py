@@ -70,12 +70,7 @@ class CudaRenderer(NumbaSourceRenderer):
         return f"np.{e.dtype}({text})" if e.dtype == "float32" else text
 
     def index(self, name: str, idx: tuple[Expr, ...]) -> str:
-        shape = self.buffers[name].shape
-        flat: Expr = Const(0)
-        stride = 1
-        for i, extent in zip(reversed(idx), reversed(shape), strict=True):
-            flat = flat + i * stride
-            stride *= extent
+        flat = self.flat_index(name, idx)
         return self.expr(simplify(render_linear(_recombine(linear(simplify(flat))))))
 
     # -- statements --------------------------------------------------------
