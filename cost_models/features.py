@@ -206,14 +206,20 @@ def _accesses(store: Store) -> list[_Access]:
     return [_Access(store.buffer, store.indices), *reads]
 
 
-def _strides(shape: tuple[int, ...], rank: int) -> list[int]:
-    """Row-major element strides; a missing or mismatched shape is taken as all ones."""
+def _strides(shape: tuple[int | Expr, ...], rank: int) -> list[int]:
+    """Row-major element strides; a missing or mismatched shape is taken as all ones,
+    and so is a symbolic extent (unknown until the kernel runs)."""
     if len(shape) != rank:
         return [1] * rank
     out = [1] * rank
     for d in range(rank - 2, -1, -1):
-        out[d] = out[d + 1] * max(shape[d + 1], 1)
+        out[d] = out[d + 1] * max(_known(shape[d + 1]), 1)
     return out
+
+
+def _known(n: int | Expr) -> int:
+    """An extent or size where it is constant; 0 (counted as nothing) where it is symbolic."""
+    return n if isinstance(n, int) else 0
 
 
 def _stride(access: _Access, buf: Buffer | None, var: str | None) -> tuple[str, int]:
@@ -341,7 +347,7 @@ def _allocations(f: dict[str, float], w: _Walk) -> None:
     for temp, _ in w.allocs:
         scope = temp.scope if temp.scope in _SCOPES else "global"
         f[f"n_alloc_{scope}"] += 1
-        nbytes[scope] += temp.size * _ITEMSIZE.get(temp.dtype, 4)
+        nbytes[scope] += _known(temp.size) * _ITEMSIZE.get(temp.dtype, 4)
     for scope in _SCOPES:
         f[f"log_alloc_bytes_{scope}"] = _log(nbytes[scope])
     f["log_alloc_executions"] = _log(sum(times for _, times in w.allocs))
@@ -389,7 +395,7 @@ def _memory(
 
     f["log_flops"] = _log(flops)
     unique = sum(
-        b.size * _ITEMSIZE.get(b.dtype, 4) for b in w.buffers.values() if b.scope != "local"
+        _known(b.size) * _ITEMSIZE.get(b.dtype, 4) for b in w.buffers.values() if b.scope != "local"
     )
     f["log_bytes_unique"] = _log(unique)
     for level in caches:

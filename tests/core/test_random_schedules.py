@@ -44,7 +44,7 @@ def random_loops(draw, s, T, parallel: bool = True) -> None:  # type: ignore[no-
     spatial = [a for a in stage.leaf_axes if state.axis(a.name).kind == "spatial"]
     if parallel and spatial and draw(st.booleans()):
         stage.parallel(draw(st.sampled_from(spatial)))
-    small = [a for a in spatial if int(state.axis(a.name).extent.value) <= 16]  # type: ignore[attr-defined]
+    small = [a for a in spatial if _constant_at_most(state.axis(a.name).extent, 16)]
     if small and draw(st.booleans()):
         ax = draw(st.sampled_from(small))
         if s.state.stage(T.name).axis(ax.name).annotation == "serial":
@@ -58,6 +58,12 @@ def random_loops(draw, s, T, parallel: bool = True) -> None:  # type: ignore[no-
         )
         if a.kind == b.kind and a.annotation == b.annotation == "serial":
             stage.fuse(leaves[p], leaves[p + 1])
+
+
+def _constant_at_most(extent: te.Expr, n: int) -> bool:
+    """Whether a loop's extent is a constant no larger than ``n`` (symbolic ones never unroll)."""
+    value = getattr(extent, "value", None)
+    return isinstance(value, int) and value <= n
 
 
 @st.composite

@@ -24,8 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..lower.extent import evaluate
 from ..lower.lower import LoweredFunc
 from ..target import Target, TargetError
+from ..te.expr import Var
 
 __all__ = [
     "Backend",
@@ -34,6 +36,7 @@ __all__ = [
     "LaunchError",
     "Timer",
     "backend_kinds",
+    "bind_symbols",
     "cache_dir",
     "check_arrays",
     "check_output",
@@ -187,23 +190,75 @@ def get_backend(target: Target | str) -> Backend:
     return _INSTANCES[kind]
 
 
-def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> None:
+def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> dict[str, int]:
     """Refuse arguments a kernel of ``func`` cannot take: count, type, shape, dtype, layout.
 
     A ``TypeError`` names the argument and what it must be. Host (NumPy)
     arrays are checked here; a backend with device arrays checks its own.
+    Returns the values of the kernel's symbolic extents, read from the shapes
+    (see ``bind_symbols``).
     """
     if len(arrays) != len(func.args):
         raise TypeError(f"kernel takes {len(func.args)} arrays, got {len(arrays)}")
     for a, buf in zip(arrays, func.args, strict=True):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"argument {buf.name} must be a NumPy array")
-        if a.shape != buf.shape or a.dtype != np.dtype(buf.dtype):
+    values = bind_symbols(func, [a.shape for a in arrays])
+    for a, buf in zip(arrays, func.args, strict=True):
+        shape = tuple(evaluate(d, values) for d in buf.shape)
+        if a.shape != shape or a.dtype != np.dtype(buf.dtype):
+            want = shape_text(buf.shape, values)
             raise TypeError(
-                f"argument {buf.name} must be {buf.dtype}{list(buf.shape)}, got {a.dtype}{list(a.shape)}"
+                f"argument {buf.name} must be {buf.dtype}{want}, got {a.dtype}{list(a.shape)}"
             )
         if not a.flags.c_contiguous:
             raise TypeError(f"argument {buf.name} must be C-contiguous (use np.ascontiguousarray)")
+    return values
+
+
+def bind_symbols(func: LoweredFunc, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
+    """The kernel's symbolic extents, from the shapes of the first ``len(shapes)`` arguments.
+
+    Each symbol takes its value from the first dimension it names whole and
+    must lie in its declared range and be a multiple of its declared divisor;
+    a ``TypeError`` says which argument and dimension broke that. The other
+    dimensions are checked by the caller against the values found here.
+    """
+    if not func.symbols:
+        return {}
+    values: dict[str, int] = {}
+    for shape, buf in zip(shapes, func.args, strict=False):
+        if len(shape) != len(buf.shape):
+            raise TypeError(
+                f"argument {buf.name} must have {len(buf.shape)} dimension(s), got {len(shape)}"
+            )
+        for d, (got, want) in enumerate(zip(shape, buf.shape, strict=True)):
+            if isinstance(want, Var) and want.name not in values:
+                if got < want.lo or (want.hi is not None and got > want.hi):
+                    hi = "" if want.hi is None else f" and at most {want.hi}"
+                    raise TypeError(
+                        f"argument {buf.name} dimension {d} is {want.name}={got}; "
+                        f"{want.name} must be at least {want.lo}{hi}"
+                    )
+                if got % want.multiple:
+                    raise TypeError(
+                        f"argument {buf.name} dimension {d} is {want.name}={got}; "
+                        f"{want.name} must be a multiple of {want.multiple}"
+                    )
+                values[want.name] = int(got)
+    missing = [v.name for v in func.symbols if v.name not in values]
+    if missing:
+        raise TypeError(f"no argument gives the value of symbolic extent {missing[0]}")
+    return values
+
+
+def shape_text(shape: Sequence[Any], values: Mapping[str, int]) -> str:
+    """A shape for a message: symbols named with their values (``[n=7, 64]``)."""
+    dims = (
+        f"{d.name}={values[d.name]}" if isinstance(d, Var) and d.name in values else str(d)
+        for d in shape
+    )
+    return f"[{', '.join(dims)}]"
 
 
 def check_output(

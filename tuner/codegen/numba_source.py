@@ -36,7 +36,7 @@ class NumbaSourceRenderer(SourceRenderer):
     def flat_index(self, name: str, idx: tuple[Expr, ...]) -> Expr:
         """Buffer ``name``'s element ``idx`` as one row-major offset (kernels take flat arrays)."""
         flat: Expr = Const(0)
-        stride = 1
+        stride: int | Expr = 1
         for i, extent in zip(reversed(idx), reversed(self.buffers[name].shape), strict=True):
             flat = flat + i * stride
             stride *= extent

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..schedule.state import ScheduleError, Stage
 from ..te.dtypes import is_float
 from ..te.expr import Const, Expr
+from .extent import Ext, ceildiv, divides, is_const, mul, normal
 from .ir import Buffer
 from .simplify import Ranges, simplify
 
@@ -37,7 +38,7 @@ class Cache:
     buffer: Buffer
     base: tuple[Expr, ...]
     stage: Stage
-    root_extents: tuple[int, ...]
+    root_extents: tuple[Ext, ...]
     packed: bool = True
 
     def relative(self, idx: tuple[Expr, ...], ranges: Ranges) -> tuple[Expr, ...]:
@@ -97,32 +98,41 @@ def const_int(e: Expr, what: str) -> int:
     raise ScheduleError(f"{what} has symbolic extent {e!r}; building needs concrete extents")
 
 
-def leaf_extents(stage: Stage, root: dict[str, int]) -> dict[str, int]:
+def extent(e: Expr) -> Ext:
+    """An axis extent as lowering keeps it: an int, or an expression of symbolic extents."""
+    return normal(e)
+
+
+def leaf_extents(stage: Stage, root: dict[str, Ext]) -> dict[str, Ext]:
     ext = dict(root)
     for rel in stage.relations:
         if rel.kind == "split":
             parent = ext[rel.parents[0]]
             factor = const_int(rel.factor, f"split of {rel.parents[0]}")
-            ext[rel.children[0]] = -(-parent // factor)
+            ext[rel.children[0]] = ceildiv(parent, factor)
             ext[rel.children[1]] = factor
         else:
-            ext[rel.children[0]] = ext[rel.parents[0]] * ext[rel.parents[1]]
+            ext[rel.children[0]] = mul(ext[rel.parents[0]], ext[rel.parents[1]])
     return ext
 
 
 def root_values(
-    stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, int]
-) -> tuple[dict[str, Expr], list[tuple[Expr, int]]]:
+    stage: Stage, leaf_vars: dict[str, Expr], ext: dict[str, Ext]
+) -> tuple[dict[str, Expr], list[tuple[Expr, Ext]]]:
     """Axis values from loop variables, and the bounds (``value < extent``) splits need."""
     val = dict(leaf_vars)
-    conds: list[tuple[Expr, int]] = []
+    conds: list[tuple[Expr, Ext]] = []
     for rel in reversed(stage.relations):
         if rel.kind == "split":
             outer, inner = rel.children
             parent = rel.parents[0]
-            val[parent] = val[outer] * ext[inner] + val[inner]
-            if ext[outer] * ext[inner] != ext[parent]:
-                conds.append((val[parent], ext[parent]))
+            factor = ext[inner]
+            assert isinstance(factor, int)
+            val[parent] = val[outer] * factor + val[inner]
+            p = ext[parent]
+            exact = mul(ext[outer], factor) == p if is_const(p) else divides(factor, p)
+            if not exact:
+                conds.append((val[parent], p))
         else:
             fused = val[rel.children[0]]
             inner_ext = ext[rel.parents[1]]
@@ -131,7 +141,7 @@ def root_values(
     return {r: val[r] for r in stage.root}, conds
 
 
-def forward(stage: Stage, rel_idx: dict[str, Expr], ext: dict[str, int]) -> tuple[Expr, ...]:
+def forward(stage: Stage, rel_idx: dict[str, Expr], ext: dict[str, Ext]) -> tuple[Expr, ...]:
     """Leaf coordinates of a root coordinate (the packed layout of a cache)."""
     val = dict(rel_idx)
     for rel in stage.relations:

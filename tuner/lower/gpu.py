@@ -229,7 +229,13 @@ class _Checker:
         elif isinstance(s, Alloc):
             self.scopes[s.buffer.name] = s.buffer.scope
             if s.buffer.scope == Scope.SHARED:
-                size = s.buffer.size * np.dtype(s.buffer.dtype).itemsize
+                elements = s.buffer.size
+                if not isinstance(elements, int):
+                    raise ScheduleError(
+                        f"shared buffer {s.buffer.name} has symbolic extent {list(s.buffer.shape)};"
+                        " a GPU block's shared memory needs a constant size"
+                    )
+                size = elements * np.dtype(s.buffer.dtype).itemsize
                 self.shared_bytes[s.buffer.name] = max(
                     self.shared_bytes.get(s.buffer.name, 0), size
                 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..kinds import LoopKind, Scope
-from ..te.expr import Expr
+from ..te.expr import Binary, Const, Expr
 
 __all__ = ["Alloc", "Barrier", "Buffer", "For", "If", "Load", "Seq", "Stmt", "Store", "seq"]
 
@@ -22,7 +22,8 @@ class Buffer:
     """A named array: a function argument, or a temporary allocated by the kernel."""
 
     name: str
-    shape: tuple[int, ...]
+    #: Extents: ints, or integer expressions of the kernel's symbolic extents.
+    shape: tuple[int | Expr, ...]
     dtype: str
     scope: Scope = Scope.GLOBAL
     is_arg: bool = False
@@ -31,11 +32,24 @@ class Buffer:
         object.__setattr__(self, "scope", Scope(self.scope))
 
     @property
-    def size(self) -> int:
-        n = 1
+    def size(self) -> int | Expr:
+        n: int | Expr = 1
         for d in self.shape:
-            n *= d
+            n = (
+                n * d
+                if isinstance(n, int) and isinstance(d, int)
+                else Binary("mul", _e(n), _e(d), "int64")
+            )
         return n
+
+    @property
+    def static(self) -> bool:
+        """Whether every extent is a constant."""
+        return all(isinstance(d, int) for d in self.shape)
+
+
+def _e(x: int | Expr) -> Expr:
+    return Const(x) if isinstance(x, int) else x
 
 
 @dataclass(frozen=True, eq=True)

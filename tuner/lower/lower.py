@@ -40,6 +40,7 @@ from ..schedule.state import ScheduleError, Stage, State
 from ..schedule.steps import Step
 from ..target import Target
 from ..te.expr import (
+    Binary,
     Const,
     Expr,
     TensorRead,
@@ -49,7 +50,8 @@ from ..te.expr import (
     walk,
 )
 from ..te.tensor import ComputeOp, Tensor
-from .context import Cache, Env, const_int, forward, leaf_extents, root_values
+from .context import Cache, Env, extent, forward, leaf_extents, root_values
+from .extent import Ext, emax, emin, symbol_ranges, symbols_of
 from .gpu import check_gpu
 from .ir import Alloc, Buffer, For, Load, Stmt, seq
 from .nest import _NestBuilder
@@ -66,6 +68,9 @@ class LoweredFunc:
     name: str
     args: tuple[Buffer, ...]
     body: Stmt
+    #: The symbolic extents of the arguments' shapes, in the order the kernel takes them
+    #: after its arrays (bound from the arrays' shapes at each call).
+    symbols: tuple[Var, ...] = ()
 
     def __str__(self) -> str:
         from .printer import render
@@ -83,9 +88,12 @@ class _Lowerer:
         }
         self.temps: list[Buffer] = []
         self.arg_names = [t.name for t in args]
-        self.shapes = {t.name: t.shape_ints for t in state.inputs}
+        self.shapes: dict[str, tuple[Ext, ...]] = {
+            t.name: tuple(extent(d) for d in t.shape) for t in state.inputs
+        }
         for s in state.stages:
-            self.shapes[s.name] = s.tensor.shape_ints
+            self.shapes[s.name] = tuple(extent(d) for d in s.tensor.shape)
+        self.symbols = _symbols(state, args)
         self._check_attachments()
 
     def _check_attachments(self) -> None:
@@ -170,7 +178,7 @@ class _Lowerer:
 
     # -- stages ------------------------------------------------------------
     def lower_root(self) -> Stmt:
-        env = Env()
+        env = Env(ranges=symbol_ranges(self.symbols), names=set(self.symbols))
         stmts: list[Stmt] = []
         for s in self.state.stages:
             if s.attach.kind == "root":
@@ -216,7 +224,7 @@ class _Lowerer:
         self,
         stage: Stage,
         env: Env,
-        region: tuple[tuple[Expr, ...], tuple[int, ...]] | None,
+        region: tuple[tuple[Expr, ...], tuple[Ext, ...]] | None,
         write_back: bool = False,
     ) -> Stmt:
         body_expr = self.bodies[stage.name]
@@ -226,7 +234,7 @@ class _Lowerer:
         reduce_axes = [a.name for a in stage.tensor.op.reduce_axis]  # type: ignore[union-attr]
         root_ext = dict(zip(op_axes, widths, strict=True))
         for a in reduce_axes:
-            root_ext[a] = const_int(stage.axis(a).extent, f"reduce axis {a}")
+            root_ext[a] = extent(stage.axis(a).extent)
         ext = leaf_extents(stage, root_ext)
         env = env.child()
         names: dict[str, Var] = {}
@@ -256,20 +264,23 @@ class _Lowerer:
         producer: Stage,
         consumer: Stage,
         exprs: list[tuple[Expr, ...]],
-        inner: dict[str, int],
+        inner: dict[str, Ext],
         env: Env,
-    ) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
+    ) -> tuple[tuple[Expr, ...], tuple[Ext, ...]]:
         """Bounds inference: the box of ``producer`` that ``exprs`` touch while ``inner`` loops run."""
         shape = self.shapes[producer.source if producer.origin != "compute" else producer.name]
+        r = env.ranges
         bases: list[Expr] = []
-        widths: list[int] = []
+        widths: list[Ext] = []
         for d, dim in enumerate(shape):
             lo_base: Expr | None = None
-            lo = hi = None
+            lo: Ext | None = None
+            hi: Ext | None = None
             ok = True
             for idx in exprs:
-                lin = linear(simplify(idx[d], env.ranges))
-                off_lo = off_hi = lin.const
+                lin = linear(simplify(idx[d], r))
+                off_lo: Ext = lin.const
+                off_hi: Ext = lin.const
                 outer_terms = {}
                 for atom, c in lin.terms.items():
                     free = {v.name for v in walk(atom) if isinstance(v, Var)}
@@ -277,8 +288,11 @@ class _Lowerer:
                         if not isinstance(atom, Var):
                             ok = False
                             break
-                        off_lo += min(0, c * (inner[atom.name] - 1))
-                        off_hi += max(0, c * (inner[atom.name] - 1))
+                        span = _span(c, inner[atom.name])
+                        if c < 0:
+                            off_lo = _plus(off_lo, span)
+                        else:
+                            off_hi = _plus(off_hi, span)
                     else:
                         outer_terms[atom] = c
                 if not ok:
@@ -286,18 +300,70 @@ class _Lowerer:
                 b = simplify(render_linear(Linear(outer_terms, 0)))
                 if lo_base is None:
                     lo_base, lo, hi = b, off_lo, off_hi
-                elif b == lo_base:
-                    lo, hi = min(lo, off_lo), max(hi, off_hi)  # type: ignore[type-var]
+                elif b == lo_base and lo is not None and hi is not None:
+                    lo, hi = emin(lo, off_lo, r), emax(hi, off_hi, r)
                 else:
                     ok = False
                     break
-            if not ok or lo_base is None or lo is None or hi is None:
+            if not ok or lo_base is None or lo is None or hi is None or not isinstance(lo, int):
                 bases.append(Const(0))
                 widths.append(dim)
             else:
                 bases.append(simplify(lo_base + lo))
-                widths.append(min(hi - lo + 1, dim))
+                span = _plus(hi, 1 - lo)
+                # A constant span over a symbolic dimension stays constant (a register
+                # tile): where the dimension is smaller, the nest's bound checks keep
+                # the tile's loops inside it.
+                const_span = isinstance(span, int) and not isinstance(dim, int)
+                widths.append(span if const_span else emin(span, dim, r))
         return tuple(bases), tuple(widths)
+
+
+def _span(c: int, n: Ext) -> Ext:
+    """``c * (n - 1)``: how far an index moves while a loop of ``n`` iterations runs."""
+    if isinstance(n, int):
+        return c * (n - 1)
+    return simplify(Const(c) * (n - 1))
+
+
+def _plus(a: Ext, b: Ext) -> Ext:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    out = simplify(
+        Binary(
+            "add",
+            a if isinstance(a, Expr) else Const(a),
+            b if isinstance(b, Expr) else Const(b),
+            "int64",
+        )
+    )
+    return int(out.value) if isinstance(out, Const) else out
+
+
+def _symbols(state: State, args: list[Tensor]) -> dict[str, Var]:
+    """The symbolic extents of the computation; each must be readable from an argument's shape.
+
+    A kernel learns a symbol's value from the arrays it is called with, so a
+    symbol must be a whole dimension of some argument (``A[n, 64]``), not only
+    part of one (``A[2*n]``) or of an intermediate's shape.
+    """
+    reduce_extents = [
+        a.extent
+        for s in state.stages
+        if isinstance(s.tensor.op, ComputeOp)
+        for a in s.tensor.op.reduce_axis
+    ]
+    used = symbols_of(
+        [*(t.shape for t in state.inputs), *(s.tensor.shape for s in state.stages), reduce_extents]
+    )
+    readable = {d.name: d for t in args for d in t.shape if isinstance(d, Var)}
+    missing = sorted(set(used) - set(readable))
+    if missing:
+        raise ScheduleError(
+            f"symbolic extent {missing[0]} is not a whole dimension of any argument; "
+            "a kernel reads each symbol from its arguments' shapes"
+        )
+    return {n: readable[n] for n in sorted(readable)}
 
 
 def _inline(state: State) -> dict[str, Expr]:
@@ -333,11 +399,11 @@ def lower(
     """
     lw = _Lowerer(sched.state, args)
     body = lw.lower_root()
-    params = tuple(Buffer(t.name, t.shape_ints, t.dtype, Scope.GLOBAL, True) for t in args)
     for t in args:
         if t.name not in lw.shapes:
             raise ScheduleError(f"argument {t.name} is not part of the scheduled computation")
-    func = LoweredFunc(name, params, body)
+    params = tuple(Buffer(t.name, lw.shapes[t.name], t.dtype, Scope.GLOBAL, True) for t in args)
+    func = LoweredFunc(name, params, body, tuple(lw.symbols.values()))
     if target is not None:
         check_capabilities(func, target, sched.trace)
     return func

@@ -18,7 +18,8 @@ from ..te.expr import (
     transform,
     walk,
 )
-from .context import Cache, Env, Padding, const_int, identity, leaf_extents
+from .context import Cache, Env, Padding, extent, identity, leaf_extents
+from .extent import Ext, as_expr, proves, upper
 from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, seq
 from .simplify import Linear, bounds, linear, render_linear, simplify
 from .visitor import walk_stmts
@@ -38,9 +39,9 @@ class _NestBuilder:
         stage: Stage,
         env: Env,
         names: dict[str, Var],
-        ext: dict[str, int],
+        ext: dict[str, Ext],
         absolute: dict[str, Expr],
-        conds: list[tuple[Expr, int]],
+        conds: list[tuple[Expr, Ext]],
         body: Expr,
         write_back: bool = False,
     ):
@@ -54,7 +55,7 @@ class _NestBuilder:
         self.reduce_vars = {
             names[leaf].name for leaf in self.leaves if stage.axis(leaf).kind == "reduce"
         }
-        self.conds: dict[int, list[tuple[Expr, int]]] = {}
+        self.conds: dict[int, list[tuple[Expr, Ext]]] = {}
         for e, bound in conds:
             e = simplify(e)
             at = max((pos[v] for v in _free(e) if v in pos), default=-1)
@@ -67,16 +68,13 @@ class _NestBuilder:
 
     def build(self) -> Stmt:
         inner = self._loops(0, self.env, "update")
-        guards = [
-            simplify(Binary("sub", e, Const(bound), "int64") < 0)
-            for e, bound in self.conds.get(-1, [])
-        ]
+        guards = [_below(e, bound, self.env) for e, bound in self.conds.get(-1, [])]
         return _guard(guards, inner)
 
     def _loops(self, p: int, env: Env, mode: str) -> Stmt:
         if p == len(self.leaves):
             guards = [
-                simplify(Binary("sub", e, Const(bound), "int64") < 0, env.ranges)
+                _below(e, bound, env)
                 for e, bound in self.conds.get(p, [])
                 if not (mode == "init" and _free(e) & self.reduce_vars)
             ]
@@ -93,9 +91,15 @@ class _NestBuilder:
         var = self.names[leaf]
         env = env.child()
         full = self.ext[leaf]
-        env.ranges[var.name] = (0, full - 1)
+        env.ranges[var.name] = (0, upper(full, env.ranges) - 1)
         kind = axis.thread or axis.annotation
+        if kind.is_thread and not isinstance(full, int):
+            raise ScheduleError(
+                f"loop {leaf} of {self.stage.name} is bound to {kind} but has symbolic extent"
+                f" {full!r}; a GPU launch needs concrete extents"
+            )
         if kind.value.startswith("threadIdx."):
+            assert isinstance(full, int)
             env.threads[var.name] = full
         if kind == "parallel":
             if env.parallel:
@@ -103,23 +107,20 @@ class _NestBuilder:
                     f"stage {self.stage.name}: parallel loop {leaf} is nested inside parallel loop {env.parallel}"
                 )
             env.parallel = var.name
-        extent: Expr = Const(full)
+        extent: Expr = as_expr(full)
         guards: list[Expr] = []
         pad = env.pad.last if env.pad and env.pad.owner is self and axis.kind != "reduce" else None
         for e, bound in self.conds.get(p, []):
             if mode == "init" and _free(e) & self.reduce_vars:
                 continue
             tight = _tighten(e, bound, var, env)
-            if (
-                tight is not None
-                and env.specialize is not None
-                and not (isinstance(tight, Const) and int(tight.value) >= full)
-            ):
-                env.specialize.append(simplify(tight >= full, env.ranges))
+            covers = tight is not None and proves(_ext(tight), "ge", full, env.ranges)
+            if tight is not None and env.specialize is not None and not covers:
+                env.specialize.append(simplify(tight >= as_expr(full), env.ranges))
                 continue
             if tight is None:
-                guards.append(simplify(Binary("sub", e, Const(bound), "int64") < 0, env.ranges))
-            elif isinstance(tight, Const) and int(tight.value) >= full:
+                guards.append(_below(e, bound, env))
+            elif covers:
                 continue
             elif pad is not None:
                 last = simplify(tight - 1, env.ranges)
@@ -241,10 +242,10 @@ class _NestBuilder:
         self,
         r: Stage,
         p: int,
-        inner: dict[str, int],
+        inner: dict[str, Ext],
         env: Env,
         boxes: dict[str, dict[str, Expr]],
-    ) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
+    ) -> tuple[tuple[Expr, ...], tuple[Ext, ...]]:
         """Bounds inference: the box of ``r`` read inside loop ``p`` over that loop's body.
 
         Every reader of ``r`` runs inside this loop (lowering checks that):
@@ -279,7 +280,7 @@ class _NestBuilder:
         self,
         r: Stage,
         p: int,
-        inner: dict[str, int],
+        inner: dict[str, Ext],
         env: Env,
         boxes: dict[str, dict[str, Expr]],
     ) -> dict[str, Expr]:
@@ -300,7 +301,7 @@ class _NestBuilder:
                 values[a] = b + Var(v)
             for ra in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
                 v = f"{r.name}.{ra.name}"
-                inner[v] = const_int(r.axis(ra.name).extent, f"reduce axis {ra.name}")
+                inner[v] = extent(r.axis(ra.name).extent)
                 values[ra.name] = Var(v)
             boxes[r.name] = values
         return boxes[r.name]
@@ -315,7 +316,9 @@ class _NestBuilder:
         nest is fenced by barriers: before it (the previous iteration's reads
         are done) and after it (its writes are seen).
         """
-        inner = {self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]}
+        inner: dict[str, Ext] = {
+            self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]
+        }
         shared = child.scope == Scope.SHARED or (
             child.origin == "compute"
             and self.lw.region_buffered(child)
@@ -416,7 +419,7 @@ class _NestBuilder:
 
         return transform(e, read)
 
-    def _shape(self, buffer: str, env: Env) -> tuple[int, ...] | None:
+    def _shape(self, buffer: str, env: Env) -> tuple[Ext, ...] | None:
         return next(
             (c.buffer.shape for c in env.caches.values() if c.buffer.name == buffer),
             self.lw.shapes.get(buffer),
@@ -430,14 +433,26 @@ class _NestBuilder:
         )
 
 
-def _clamp(i: Expr, extent: int, env: Env) -> Expr:
+def _clamp(i: Expr, extent: Ext, env: Env) -> Expr:
     """``i`` kept inside ``[0, extent)`` where the loops' ranges let it leave."""
     b = bounds(i, env.ranges)
-    if b is None or b[1] >= extent:
-        i = Binary("min", i, Const(extent - 1), "int64")
+    if isinstance(extent, int):
+        if b is None or b[1] >= extent:
+            i = Binary("min", i, Const(extent - 1), "int64")
+    elif b is None or not proves(b[1] + 1, "le", extent, env.ranges):
+        i = Binary("min", i, simplify(extent - 1), "int64")
     if b is None or b[0] < 0:
         i = Binary("max", i, Const(0), "int64")
     return i
+
+
+def _ext(e: Expr) -> Ext:
+    return int(e.value) if isinstance(e, Const) else e
+
+
+def _below(e: Expr, bound: Ext, env: Env) -> Expr:
+    """The guard ``e < bound``, simplified with what the loops' ranges say."""
+    return simplify(Binary("sub", e, as_expr(bound), "int64") < 0, env.ranges)
 
 
 def _one_barrier(stmts: list[Stmt]) -> list[Stmt]:
@@ -463,14 +478,14 @@ def _guard(conds: list[Expr], body: Stmt) -> Stmt:
     return If(cond, body)
 
 
-def _tighten(e: Expr, bound: int, var: Var, env: Env) -> Expr | None:
+def _tighten(e: Expr, bound: Ext, var: Var, env: Env) -> Expr | None:
     """For ``e < bound`` with ``e = a*var + rest`` (a > 0): the loop bound on ``var``."""
     lin = linear(e)
     a = lin.terms.get(var, 0)
     if a <= 0 or any(var.name in _free(atom) for atom in lin.terms if atom != var):
         return None
     rest = render_linear(Linear({k: c for k, c in lin.terms.items() if k != var}, lin.const))
-    limit = (Const(bound + a - 1) - rest) // a if a != 1 else Const(bound) - rest
+    limit = (as_expr(bound) + (a - 1) - rest) // a if a != 1 else as_expr(bound) - rest
     out = simplify(limit, env.ranges)
     b = bounds(out, env.ranges)
     if b is not None and b[0] >= env.ranges[var.name][1] + 1:

@@ -52,13 +52,15 @@ class SourceRenderer(StmtVisitor):
         self.lines: list[str] = []
         self.depth = 1
         self.parallel: For | None = None
+        #: Variables written under another name (a backend's symbolic extents).
+        self.renamed: dict[str, str] = {}
 
     # -- expressions -------------------------------------------------------
     def expr(self, e: Expr) -> str:
         if isinstance(e, Const):
             return self.const(e)
         if isinstance(e, Var):
-            return e.name
+            return self.renamed.get(e.name, e.name)
         if isinstance(e, Load):
             return f"{e.buffer}[{self.index(e.buffer, e.indices)}]"
         if isinstance(e, Binary):

@@ -52,7 +52,7 @@ def linear(expr: Expr) -> Linear:
 
 def render_linear(lin: Linear, dtype: str = "int64") -> Expr:
     out: Expr | None = None
-    for atom, c in sorted(lin.terms.items(), key=lambda t: repr(t[0])):
+    for atom, c in sorted(lin.terms.items(), key=lambda t: (t[1] < 0, repr(t[0]))):
         term: Expr = (
             atom if c == 1 else Binary("mul", Const(c, dtype), atom, dtype) if c > 0 else atom
         )
@@ -92,6 +92,11 @@ def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
             return None
         f = min if expr.op == "min" else max
         return f(a[0], b[0]), f(a[1], b[1])
+    if isinstance(expr, Binary) and expr.op == "mul" and is_int(expr.dtype):
+        a, b = bounds(expr.a, ranges), bounds(expr.b, ranges)
+        if a is not None and b is not None:  # a product of two unknowns (symbolic extents)
+            products = [x * y for x in a for y in b]
+            return min(products), max(products)
     lin = linear(expr)
     if (
         len(lin.terms) == 1

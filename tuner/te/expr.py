@@ -10,7 +10,7 @@ inside an expression.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from .dtypes import check_dtype, is_float, promote
@@ -142,10 +142,19 @@ class Const(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Var(Expr):
-    """A named integer (a loop index or a symbolic extent such as ``te.var("n")``)."""
+    """A named integer (a loop index or a symbolic extent such as ``te.var("n")``).
+
+    A symbolic extent may carry what is known of it: its inclusive range
+    (``lo``, ``hi``; ``hi`` None when unbounded) and a divisor of every value
+    it takes (``multiple``). They are facts for simplification and checks at
+    run time, not part of its identity: two ``Var("n")`` are the same variable.
+    """
 
     name: str
     dtype: str = "int64"
+    lo: int = field(default=0, compare=False)
+    hi: int | None = field(default=None, compare=False)
+    multiple: int = field(default=1, compare=False)
 
     def __repr__(self) -> str:
         return self.name

@@ -155,11 +155,24 @@ def _shape(shape: Sequence[ExprLike] | ExprLike, name: str) -> tuple[Expr, ...]:
     return tuple(_extent(d, f"extent {i} of tensor {name}") for i, d in enumerate(dims))
 
 
-def var(name: str) -> Var:
-    """A symbolic integer extent (``n = te.var("n")``), bound when building."""
+def var(name: str, min: int = 1, max: int | None = None, multiple_of: int = 1) -> Var:
+    """A symbolic integer extent (``n = te.var("n", max=4096)``), known when the kernel runs.
+
+    A kernel built with it takes its value from its arguments' shapes at each
+    call and refuses one outside ``[min, max]`` or not a multiple of
+    ``multiple_of``. Bounds and divisibility let lowering drop checks it can
+    prove: with ``multiple_of=8``, a loop split by 8 needs no bound check.
+    """
     if not name.isidentifier():
         raise TensorError(f"variable name {name!r} is not an identifier")
-    return Var(name)
+    for what, value in (("min", min), ("multiple_of", multiple_of)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TensorError(f"te.var {name}: {what} must be a positive integer, got {value!r}")
+    if max is not None and (isinstance(max, bool) or not isinstance(max, int) or max < min):
+        raise TensorError(
+            f"te.var {name}: max must be an integer of at least min={min}, got {max!r}"
+        )
+    return Var(name, lo=min, hi=max, multiple=multiple_of)
 
 
 def placeholder(
@@ -226,6 +239,14 @@ def _check_body(name: str, axis: tuple[IterVar, ...], body: Expr) -> None:
     if len(set(names)) != len(names):
         raise TensorError(f"compute {name} uses an axis name twice: {names}")
     allowed = set(names)
+    extents = [a.extent for a in (*axis, *reduce_axes)]
+    symbols = {n.name for e in (body, *extents) for n in walk(e) if type(n) is Var}
+    clash = sorted(symbols & allowed)
+    if clash:
+        raise TensorError(
+            f"compute {name} names an axis {clash[0]}, the name of a symbolic extent it uses; "
+            "give the axis or the te.var another name"
+        )
     for node in walk(body.source if isinstance(body, Reduce) else body):
         if isinstance(node, Reduce):
             raise TensorError(

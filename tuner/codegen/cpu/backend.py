@@ -91,14 +91,16 @@ class CpuKernel(Kernel):
         return self._signature.args
 
     def __call__(self, *arrays: Any) -> None:
-        check_arrays(self._signature, arrays)
+        values = check_arrays(self._signature, arrays)
         check_no_overlap(self._signature, arrays, self._written)
         if self._threads:
             import numba
 
             numba_config: Any = numba.config
             numba.set_num_threads(min(self._threads, int(numba_config.NUMBA_NUM_THREADS)))
-        self._fn(*(a.reshape(-1) for a in arrays))
+        self._fn(
+            *(a.reshape(-1) for a in arrays), *(values[v.name] for v in self._signature.symbols)
+        )
 
 
 def _dispatchers(module: ModuleType) -> list[Any]:
@@ -226,6 +228,8 @@ class NumbaCpuBackend(Backend):
     def describe(self, kernel: Kernel) -> dict[str, Any] | None:
         assert isinstance(kernel, CpuKernel)
         func = kernel._signature
+        if func.symbols:  # built once per process; the index keeps constant shapes only
+            return None
         return {
             "module": kernel.module_name,
             "func": func.name,

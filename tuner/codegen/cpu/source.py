@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...lower.extent import Ext, emax, mul, normal, symbol_ranges, upper
 from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Seq, Stmt, Store
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
@@ -40,7 +41,11 @@ class NumbaRenderer(NumbaSourceRenderer):
         self.stage_vectors = stage_vectors
         # Scratch allocated once by the entry function: name -> (elements, dtype).
         # The same buffer may be met twice (full and edge copies of a tile).
-        self.hoisted: dict[str, tuple[int, str]] = {}
+        self.hoisted: dict[str, tuple[Ext, str]] = {}
+        self.ranges = symbol_ranges({v.name: v for v in func.symbols})
+        self.renamed = _symbol_names(func)
+        #: The symbolic extents' parameter names, in the order the kernel takes them.
+        self.symbols = [self.renamed[v.name] for v in func.symbols]
         # Scratch buffers of parallel loops: name -> (loop variable, slot size).
         self.slots: dict[str, tuple[str, int]] = {}
         self.has_prange = False
@@ -134,20 +139,36 @@ class NumbaRenderer(NumbaSourceRenderer):
         Iterations never share a slot, so threads need no coordination, and the
         loop nest's function allocates nothing (which keeps it vectorizable).
         """
-        slots = int(loop.extent.value) if isinstance(loop.extent, Const) else 0
-        if not slots or slots * b.size * np.dtype(b.dtype).itemsize > _MAX_SCRATCH_BYTES:
-            self.emit(f"{b.name} = np.empty({b.size}, np.{b.dtype})")
+        slots = normal(loop.extent)
+        free = {v.name for v in walk(loop.extent) if isinstance(v, Var)}
+        size = b.size
+        itemsize = np.dtype(b.dtype).itemsize
+        if (
+            not isinstance(size, int)
+            or not free <= set(self.ranges)
+            or upper(slots, self.ranges) * size * itemsize > _MAX_SCRATCH_BYTES
+        ):
+            self.emit(f"{b.name} = np.empty({self.size_text(size)}, np.{b.dtype})")
             return
-        self.slots[b.name] = (loop.var, b.size)
-        self.hoist(b.name, slots * b.size, b.dtype)
+        self.slots[b.name] = (loop.var, size)
+        self.hoist(b.name, mul(slots, size), b.dtype)
 
-    def hoist(self, name: str, size: int, dtype: str) -> None:
+    def hoist(self, name: str, size: Ext, dtype: str) -> None:
         """Allocate ``name`` once in the entry function (the largest size it is met with)."""
         known = self.hoisted.get(name, (0, dtype))[0]
-        self.hoisted[name] = (max(known, size), dtype)
+        self.hoisted[name] = (emax(known, normal(size), self.ranges), dtype)
+
+    def size_text(self, size: Ext) -> str:
+        """An element count as source (symbolic counts are expressions of the entry's symbols)."""
+        return str(size) if isinstance(size, int) else self.expr(simplify(size))
 
     def alloc(self, b: Buffer) -> None:
         if b.scope == "local":
+            if not isinstance(b.size, int):
+                raise ScheduleError(
+                    f"buffer {b.name} lives in registers or on the stack but has symbolic"
+                    f" extent {list(b.shape)}; cache a tile of constant extent"
+                )
             self.emit(f"{b.name} = carray(stack_empty({b.size}, np.{b.dtype}), ({b.size},))")
         elif self.parallel is not None:
             self._parallel_scratch(b, self.parallel)
@@ -156,6 +177,28 @@ class NumbaRenderer(NumbaSourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         """Nothing to wait for: a CPU kernel runs no block of threads."""
+
+
+def _symbol_names(func: LoweredFunc) -> dict[str, str]:
+    """Parameter names for the symbolic extents that no buffer or loop variable has.
+
+    A symbol may share its name with a buffer (a convolution's width ``W`` and
+    its weights ``W``); in the source it becomes ``W_sym``.
+    """
+    taken = {b.name for b in func.args}
+    for x in walk_stmts(func.body):
+        if isinstance(x, Alloc):
+            taken.add(x.buffer.name)
+        elif isinstance(x, For):
+            taken.add(x.var)
+    out: dict[str, str] = {}
+    for v in func.symbols:
+        name = f"{v.name}_sym"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        out[v.name] = name
+    return out
 
 
 def _binds(var: str, value: Expr):  # type: ignore[no-untyped-def]
@@ -179,7 +222,9 @@ class _Repeat:
     items: list[Stmt | _Repeat]
 
 
-def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt | _Repeat] | None:
+def _top_level(
+    s: Stmt, allocs: list[Alloc], symbols: frozenset[str] = frozenset()
+) -> list[Stmt | _Repeat] | None:
     """The statements run one after another at the function's top, through sequences and scratch.
 
     A serial loop around a parallel one is unwrapped when it runs once and
@@ -187,22 +232,24 @@ def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt | _Repeat] | None:
     times: a padding stage's ``for n in range(1): for c in parallel(C)`` is as
     common as the batch loop of a batch above 1. ``None`` when a parallel loop
     sits anywhere else (inside a condition, a stack buffer's scope or a long
-    serial loop) or has an extent unknown at build time: such a kernel keeps
+    serial loop) or has an extent that is neither constant nor an expression of
+    the kernel's ``symbols`` (which the entry knows): such a kernel keeps
     ``prange``.
     """
     if isinstance(s, Seq):
         out: list[Stmt | _Repeat] = []
         for child in s.body:
-            items = _top_level(child, allocs)
+            items = _top_level(child, allocs, symbols)
             if items is None:
                 return None
             out += items
         return out
     if isinstance(s, Alloc) and s.buffer.scope != "local":
         allocs.append(s)
-        return _top_level(s.body, allocs)
+        return _top_level(s.body, allocs, symbols)
     if isinstance(s, For) and s.kind == "parallel":
-        if not isinstance(s.extent, Const) or _has_parallel(s.body):
+        free = {v.name for v in walk(s.extent) if isinstance(v, Var)}
+        if not free <= symbols or _has_parallel(s.body):
             return None
         return [s]
     if not _has_parallel(s):
@@ -210,9 +257,10 @@ def _top_level(s: Stmt, allocs: list[Alloc]) -> list[Stmt | _Repeat] | None:
     if isinstance(s, For) and s.kind == "serial" and isinstance(s.extent, Const):
         extent = int(s.extent.value)
         if extent == 1:
-            return _top_level(substitute_stmt(s.body, _binds(s.var, Const(0)), simplify), allocs)
+            body = substitute_stmt(s.body, _binds(s.var, Const(0)), simplify)
+            return _top_level(body, allocs, symbols)
         if 1 < extent <= _MAX_REPEATS:
-            inner = _top_level(s.body, allocs)
+            inner = _top_level(s.body, allocs, symbols)
             return None if inner is None else [_Repeat(s.var, extent, inner)]
     return None
 
@@ -269,11 +317,14 @@ def _render_threaded(
 
     place(items, (), 1)
     buffers += [r.buffers[n] for n in r.hoisted]
-    sig = ", ".join(f"numba.{b.dtype}[::1]" for b in buffers)
+    symbols = r.symbols
+    sig = ", ".join(
+        [*(f"numba.{b.dtype}[::1]" for b in buffers), *("numba.int64" for _ in symbols)]
+    )
     out: list[str] = []
     params: list[str] = []
     for name, loop, outer, lines in functions:
-        params.append(", ".join([*(b.name for b in buffers), *outer]))
+        params.append(", ".join([*(b.name for b in buffers), *symbols, *outer]))
         types = ", ".join([sig, *("numba.int64" for _ in outer)])
         if loop is None:
             deco = f"@numba.njit(numba.void({types}), {njit_flags})"
@@ -295,8 +346,11 @@ def _render_threaded(
             else f"parallel_for({name}, {extent}, {params[k]})"
         )
         calls.append("    " * depth + call)
-    out.append(f"def {func.name}({', '.join(b.name for b in func.args)}):")
-    out += [f"    {n} = np.empty({size}, np.{dtype})" for n, (size, dtype) in r.hoisted.items()]
+    out.append(f"def {func.name}({', '.join([*(b.name for b in func.args), *symbols])}):")
+    out += [
+        f"    {n} = np.empty({r.size_text(size)}, np.{dtype})"
+        for n, (size, dtype) in r.hoisted.items()
+    ]
     out += calls
     return "\n".join(out) + "\n"
 
@@ -323,19 +377,21 @@ def render(
         raise ValueError(f"parallel must be 'threads' or 'prange', not {parallel!r}")
     if parallel == "threads" and _has_parallel(func.body):
         allocs: list[Alloc] = []
-        items = _top_level(func.body, allocs)
+        items = _top_level(func.body, allocs, frozenset(v.name for v in func.symbols))
         if items is not None:
             return _render_threaded(
                 NumbaRenderer(func, stage_vectors), func, items, allocs, njit_flags
             )
     r = NumbaRenderer(func, stage_vectors)
     r.visit(func.body)
-    params = ", ".join(b.name for b in func.args)
+    params = ", ".join([*(b.name for b in func.args), *r.symbols])
 
     def deco(signature: bool, prange: bool) -> list[str]:
         if not njit_flags:
             return []
-        sig = ", ".join(f"numba.{b.dtype}[::1]" for b in func.args)
+        sig = ", ".join(
+            [*(f"numba.{b.dtype}[::1]" for b in func.args), *("numba.int64" for _ in func.symbols)]
+        )
         first = f"numba.void({sig}), " if signature else ""
         return [f"@numba.njit({first}{njit_flags}, parallel={prange})"]
 
@@ -346,6 +402,9 @@ def render(
     scratch = ", ".join(r.hoisted)
     body = [*deco(False, r.has_prange), f"def {func.name}_body({params}, {scratch}):", *r.lines, ""]
     entry = [*deco(True, False), f"def {func.name}({params}):"]
-    entry += [f"    {n} = np.empty({size}, np.{dtype})" for n, (size, dtype) in r.hoisted.items()]
+    entry += [
+        f"    {n} = np.empty({r.size_text(size)}, np.{dtype})"
+        for n, (size, dtype) in r.hoisted.items()
+    ]
     entry.append(f"    {func.name}_body({params}, {scratch})")
     return "\n".join(body + entry) + "\n"

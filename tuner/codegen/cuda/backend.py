@@ -31,6 +31,7 @@ from ...lower.gpu import GpuProgram, gpu_program
 from ...lower.ir import Store
 from ...lower.lower import LoweredFunc
 from ...lower.visitor import walk_stmts
+from ...schedule.state import ScheduleError
 from ...target import Target
 from ..backend import (
     Backend,
@@ -199,9 +200,11 @@ class NumbaCudaBackend(Backend):
         return header + render(func, flags, program)
 
     def source(self, func: LoweredFunc, target: Target, options: BuildOptions) -> str:
+        _concrete(func)
         return self._source(func, options, gpu_program(func.body))
 
     def compile(self, func: LoweredFunc, target: Target, options: BuildOptions) -> Kernel:
+        _concrete(func)
         _cuda()
         program = gpu_program(func.body)
         source = self._source(func, options, program)
@@ -211,3 +214,13 @@ class NumbaCudaBackend(Backend):
             return CudaKernel(func, source, sys.modules[name], target, program)
         path = write_module(name, source)
         return CudaKernel(func, source, _import(path, name, source), target, program)
+
+
+def _concrete(func: LoweredFunc) -> None:
+    """Refuse symbolic extents: a launch's grid and blocks are sized when the kernel is built."""
+    if func.symbols:
+        names = ", ".join(v.name for v in func.symbols)
+        raise ScheduleError(
+            f"the cuda target needs concrete extents, and this kernel has symbolic ones ({names});"
+            " build it per shape (dynamic='specialize' or 'bucket')"
+        )
