@@ -53,6 +53,10 @@ class Param:
     choices: tuple[Any, ...] = ()
     doc: str = ""
     minimum: int = 1  # for int parameters: the smallest value accepted (0 for a padding)
+    #: For a dimension (int) parameter: the value its inputs may be padded with along it
+    #: without changing the output's valid part (0.0 for a matmul's K, -inf for a softmax's
+    #: columns), which lets a module serve it in buckets; None: no such value.
+    pad: float | None = None
 
 
 @dataclass(frozen=True)

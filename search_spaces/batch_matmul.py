@@ -176,10 +176,10 @@ def _register() -> None:
             doc="C[b] = A[b] @ B[b] with A: B x M x K, B: B x K x N (torch.bmm);"
             " trans_b takes B as B x N x K (attention's Q @ K.T)",
             params=(
-                Param("B", int, doc="batch size"),
-                Param("M", int, doc="rows of A and C"),
-                Param("N", int, doc="columns of B and C"),
-                Param("K", int, doc="columns of A, rows of B"),
+                Param("B", int, doc="batch size", pad=0.0),
+                Param("M", int, doc="rows of A and C", pad=0.0),
+                Param("N", int, doc="columns of B and C", pad=0.0),
+                Param("K", int, doc="columns of A, rows of B", pad=0.0),
                 Param("dtype", str, "float32", ("float32", "float64")),
                 Param("trans_b", bool, False, doc="B is given as B x N x K (C = A @ B.T)"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),

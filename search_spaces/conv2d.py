@@ -552,11 +552,14 @@ def _conv_nest(
 
 
 #: The parameters conv2d and depthwise_conv2d share: the images, then the window.
+#: Images, rows and columns pad with zeros: an output inside the unpadded extents reads
+#: the appended rows only where the convolution's own zero padding lies. Channels do not
+#: (with groups, a channel's group depends on their number).
 IMAGE_PARAMS = (
-    Param("N", int, 1, doc="images"),
+    Param("N", int, 1, doc="images", pad=0.0),
     Param("C", int, doc="input channels"),
-    Param("H", int, doc="input height"),
-    Param("W", int, doc="input width"),
+    Param("H", int, doc="input height", pad=0.0),
+    Param("W", int, doc="input width", pad=0.0),
 )
 WINDOW_PARAMS = (
     Param("R", int, 3, doc="window height"),

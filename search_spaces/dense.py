@@ -445,9 +445,9 @@ def _register() -> None:
             doc="Y = act(X @ W.T + bias) (PyTorch's Linear) with X: batch x in_features,"
             " W: out_features x in_features; the bias and activation are fused",
             params=(
-                Param("batch", int, doc="rows of X and Y"),
-                Param("in_features", int, doc="columns of X and W"),
-                Param("out_features", int, doc="rows of W, columns of Y"),
+                Param("batch", int, doc="rows of X and Y", pad=0.0),
+                Param("in_features", int, doc="columns of X and W", pad=0.0),
+                Param("out_features", int, doc="rows of W, columns of Y", pad=0.0),
                 Param("bias", bool, True, doc="add a bias of out_features"),
                 Param("activation", str, "none", ACTIVATIONS, doc="applied after the bias"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),

@@ -203,7 +203,7 @@ def _register() -> None:
         Operator(
             name="elementwise_chain",
             doc="Y = relu(X * a + b) * c + tanh(X) over n elements; a, b, c are 1-element arrays",
-            params=(Param("n", int, doc="elements"),),
+            params=(Param("n", int, doc="elements", pad=0.0),),
             space=_space,
             schedule=_schedule,
             default_config=_default,

@@ -330,9 +330,9 @@ def _register() -> None:
             doc="C = A @ B with A: M x K, B: K x N (int8 inputs give an int32 C);"
             " trans_a / trans_b take A as K x M / B as N x K",
             params=(
-                Param("M", int, doc="rows of A and C"),
-                Param("N", int, doc="columns of B and C"),
-                Param("K", int, doc="columns of A, rows of B"),
+                Param("M", int, doc="rows of A and C", pad=0.0),
+                Param("N", int, doc="columns of B and C", pad=0.0),
+                Param("K", int, doc="columns of A, rows of B", pad=0.0),
                 Param("dtype", str, "float32", ("float32", "float64", "int8")),
                 Param("trans_a", bool, False, doc="A is given as K x M (C = A.T @ B)"),
                 Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),

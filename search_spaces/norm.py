@@ -83,7 +83,8 @@ class _LayerNorm:
         gamma = te.placeholder((N,), dtype, name="gamma")
         beta = te.placeholder((N,), dtype, name="beta")
         self.X, self.gamma, self.beta = X, gamma, beta
-        inv_n = te.const(1.0 / N, dtype)
+        # A symbolic N (a generic kernel's) divides at run time, once per row.
+        inv_n = 1.0 / N.astype(dtype) if isinstance(N, te.Expr) else te.const(1.0 / N, dtype)
         self.sum_part, self.sum = softmax.lane_reduce(
             "sum", lambda i, j: X[i, j], M, N, lanes, "X_sum"
         )
@@ -369,7 +370,11 @@ def _register() -> None:
         Operator(
             name="layer_norm",
             doc="Y = layer_norm(X, [N], gamma, beta) over the last axis of M x N (memory-bound)",
-            params=(Param("M", int, doc="rows"), Param("N", int, doc="normalised columns"), eps),
+            params=(
+                Param("M", int, doc="rows", pad=0.0),
+                Param("N", int, doc="normalised columns"),
+                eps,
+            ),
             space=_layer_norm_space,
             schedule=_layer_norm_schedule,
             default_config=_layer_norm_default,

@@ -92,13 +92,24 @@ def lane_reduce(
     k = te.reduce_axis(-(-N // lanes), name=f"{name}_k")
 
     def element(i: Any, lane: Any) -> Expr:
-        if N % lanes == 0:
+        if isinstance(N, int) and N % lanes == 0:
             return source(i, k * lanes + lane)
+        if not isinstance(N, int):  # a generic kernel's row may be shorter than lanes
+            return _any_length(i, lane)
         start = te.minimum(k * lanes, N - lanes)
         value = source(i, start + lane)
         if combiner == "sum":
             fresh = te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
             value = value * fresh.astype(value.dtype)
+        return value
+
+    def _any_length(i: Any, lane: Any) -> Expr:
+        """Chunk ``k``'s lane for a row of any length: past the end it reads the last element
+        again (a max does not mind) and a sum counts it as 0."""
+        j = k * lanes + lane
+        value = source(i, te.minimum(j, N - 1))
+        if combiner == "sum":
+            value = value * te.if_then_else(j < N, 1.0, 0.0).astype(value.dtype)
         return value
 
     part = te.compute(
@@ -324,7 +335,11 @@ def _default_of(args: Mapping[str, Any], target: Target, log: bool) -> dict[str,
 def _register() -> None:
     from . import Operator, Param, register_operator
 
-    params = (Param("M", int, doc="rows"), Param("N", int, doc="columns (the reduced axis)"))
+    params = (
+        Param("M", int, doc="rows", pad=0.0),
+        # exp(-inf - max) is 0: a padded column adds nothing to the max or the sum
+        Param("N", int, doc="columns (the reduced axis)", pad=float("-inf")),
+    )
     for name, log, ref, what in (
         ("softmax", False, reference, "softmax(X)"),
         ("log_softmax", True, log_reference, "log(softmax(X))"),

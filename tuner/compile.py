@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from .schedule import Schedule, ScheduleError
 from .space import ConfigError
 from .target import Target
 from .task import Task
-from .te import Tensor
+from .te import Tensor, Var
 from .workload import Workload
 
 __all__ = [
@@ -136,9 +136,22 @@ class OpKernel:
 
 
 def build_op(
-    op: str, target: str | Target = "cpu", records: BestRecords | None = None, **args: Any
-) -> OpKernel:
+    op: str,
+    target: str | Target = "cpu",
+    records: BestRecords | None = None,
+    dynamic: str | None = None,
+    buckets: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
+    at: Mapping[str, int] | None = None,
+    **args: Any,
+) -> Any:
     """Build operator ``op`` for ``args`` with the best record in scope (or its default).
+
+    A dimension given as a symbol (``M=te.var("M", max=4096)``) makes the
+    result a ``tuner.dynamic.DynamicOpKernel`` that serves every value of it,
+    by ``dynamic``: ``"specialize"`` (the default: a kernel per shape, on first
+    sight), ``"generic"`` (one kernel for all; its config is the record of the
+    shape ``at``) or ``"bucket"`` (a kernel per bucket of ``buckets``, inputs
+    padded).
 
     The record is the one measured at the thread count ``target`` runs with
     on this machine, else the nearest (see ``records.best_match``), with a
@@ -150,6 +163,12 @@ def build_op(
     1
     """
     tgt = Target.from_name(target) if isinstance(target, str) else target
+    if any(isinstance(v, Var) for v in args.values()):
+        from .dynamic import DynamicOpKernel
+
+        return DynamicOpKernel(op, args, tgt, dynamic or "specialize", records, buckets, at)
+    if dynamic is not None:
+        raise ValueError(f"dynamic={dynamic!r} needs a dimension given as a symbol (te.var)")
     return build_task(Task.make(op, args, tgt), records)
 
 

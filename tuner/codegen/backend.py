@@ -203,7 +203,9 @@ def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> dict[str, int]:
     for a, buf in zip(arrays, func.args, strict=True):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"argument {buf.name} must be a NumPy array")
-    values = bind_symbols(func, [a.shape for a in arrays])
+    values = bind_symbols(
+        [(b.name, b.shape) for b in func.args], func.symbols, [a.shape for a in arrays]
+    )
     for a, buf in zip(arrays, func.args, strict=True):
         shape = tuple(evaluate(d, values) for d in buf.shape)
         if a.shape != shape or a.dtype != np.dtype(buf.dtype):
@@ -216,37 +218,43 @@ def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> dict[str, int]:
     return values
 
 
-def bind_symbols(func: LoweredFunc, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
-    """The kernel's symbolic extents, from the shapes of the first ``len(shapes)`` arguments.
+def bind_symbols(
+    params: Sequence[tuple[str, tuple[Any, ...]]],
+    symbols: Sequence[Var],
+    shapes: Sequence[tuple[int, ...]],
+) -> dict[str, int]:
+    """The values of ``symbols``, from the shapes of the first ``len(shapes)`` of ``params``.
+
+    ``params`` are the arguments' names and declared shapes (ints and symbolic extents).
 
     Each symbol takes its value from the first dimension it names whole and
     must lie in its declared range and be a multiple of its declared divisor;
     a ``TypeError`` says which argument and dimension broke that. The other
     dimensions are checked by the caller against the values found here.
     """
-    if not func.symbols:
+    if not symbols:
         return {}
     values: dict[str, int] = {}
-    for shape, buf in zip(shapes, func.args, strict=False):
-        if len(shape) != len(buf.shape):
+    for shape, (name, declared) in zip(shapes, params, strict=False):
+        if len(shape) != len(declared):
             raise TypeError(
-                f"argument {buf.name} must have {len(buf.shape)} dimension(s), got {len(shape)}"
+                f"argument {name} must have {len(declared)} dimension(s), got {len(shape)}"
             )
-        for d, (got, want) in enumerate(zip(shape, buf.shape, strict=True)):
+        for d, (got, want) in enumerate(zip(shape, declared, strict=True)):
             if isinstance(want, Var) and want.name not in values:
                 if got < want.lo or (want.hi is not None and got > want.hi):
                     hi = "" if want.hi is None else f" and at most {want.hi}"
                     raise TypeError(
-                        f"argument {buf.name} dimension {d} is {want.name}={got}; "
+                        f"argument {name} dimension {d} is {want.name}={got}; "
                         f"{want.name} must be at least {want.lo}{hi}"
                     )
                 if got % want.multiple:
                     raise TypeError(
-                        f"argument {buf.name} dimension {d} is {want.name}={got}; "
+                        f"argument {name} dimension {d} is {want.name}={got}; "
                         f"{want.name} must be a multiple of {want.multiple}"
                     )
                 values[want.name] = int(got)
-    missing = [v.name for v in func.symbols if v.name not in values]
+    missing = [v.name for v in symbols if v.name not in values]
     if missing:
         raise TypeError(f"no argument gives the value of symbolic extent {missing[0]}")
     return values

@@ -1,0 +1,225 @@
+"""The seed's shape-transition experiment: a request trace of changing sequence lengths.
+
+One attention head's core, ``softmax(Q @ K.T) @ V`` over a sequence of ``S``
+tokens (head width 64), served request by request while ``S`` changes: the
+three kernels (``matmul`` with ``trans_b``, ``softmax``, ``matmul``) built by
+``tuner.build_op`` with ``S = te.var("S", min=8, max=512)`` in each mode:
+
+- ``specialize``: a kernel per new length, compiled when it first arrives;
+- ``generic``: one kernel per operator for every length;
+- ``bucket``: lengths padded to the next power of two (8 ... 512).
+
+Each mode runs in its own process with an empty kernel cache, so a shape
+compiled by one mode is never found by another. The trace goes through twice:
+the first pass, cold, gives the cumulative time (compiles included) and the
+shape-transition cost (seconds spent building kernels when a new shape
+arrived); the second, with everything built, the steady-state time per
+request. With torch installed, ``torch.compile(dynamic=False)`` and
+``torch.compile(dynamic=True)`` serve the same trace (``--peers``), each in
+its own process, at the same thread count.
+
+    python experiments/dynamic_shapes.py                 # 300 requests, table + CSV + plot
+    python experiments/dynamic_shapes.py --requests 40 --peers none   # a quick look
+
+Lengths come from a fixed-seed log-normal (median 64) clipped to [8, 512]:
+most requests are short, a few long, as in served traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MODES = ("specialize", "generic", "bucket")
+PEERS = ("torch-static", "torch-dynamic")
+HEAD = 64
+LO, HI = 8, 512
+
+
+def trace(requests: int, seed: int = 0) -> list[int]:
+    """Sequence lengths, skewed short: log-normal with median 64, clipped to [8, 512]."""
+    rng = np.random.default_rng(seed)
+    raw = rng.lognormal(mean=np.log(64), sigma=0.8, size=requests)
+    return [int(v) for v in np.clip(np.round(raw), LO, HI)]
+
+
+def _inputs(s: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return tuple(rng.standard_normal((s, HEAD)).astype(np.float32) for _ in range(3))  # type: ignore[return-value]
+
+
+def _tuner_server(mode: str):  # type: ignore[no-untyped-def]
+    import tuner
+    from tuner import te
+
+    S = te.var("S", min=LO, max=HI)
+    kw = {"dynamic": mode}
+    scores = tuner.build_op("matmul", M=S, N=S, K=HEAD, trans_b=True, **kw)
+    probs = tuner.build_op("softmax", M=S, N=S, **kw)
+    mix = tuner.build_op("matmul", M=S, N=HEAD, K=S, **kw)
+    scale = np.float32(1 / np.sqrt(HEAD))
+
+    def serve(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return mix(probs(scores(q * scale, k)), v)  # type: ignore[no-any-return]
+
+    def compile_seconds() -> float:
+        return sum(c.seconds for f in (scores, probs, mix) for c in f.compiles)
+
+    def kernels() -> int:
+        return sum(len(f.compiles) for f in (scores, probs, mix))
+
+    return serve, compile_seconds, kernels
+
+
+def _torch_server(dynamic: bool):  # type: ignore[no-untyped-def]
+    import torch
+
+    torch._dynamo.config.cache_size_limit = 1024  # recompile for every shape, never fall back
+    torch.set_num_threads(int(os.environ.get("TUNER_THREADS", "2")))
+
+    def attention(q, k, v):  # type: ignore[no-untyped-def]
+        return torch.softmax((q / HEAD**0.5) @ k.T, dim=-1) @ v
+
+    fn = torch.compile(attention, dynamic=dynamic)
+    spent = [0.0]
+    seen: set[int] = set()
+
+    def serve(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        t = [torch.from_numpy(a) for a in (q, k, v)]
+        with torch.no_grad():
+            if q.shape[0] not in seen:  # the first call at a shape pays any compile
+                seen.add(q.shape[0])
+                t0 = time.perf_counter()
+                out = fn(*t)
+                spent[0] += time.perf_counter() - t0
+                return out.numpy()  # type: ignore[no-any-return]
+            return fn(*t).numpy()  # type: ignore[no-any-return]
+
+    return serve, lambda: spent[0], lambda: len(seen)
+
+
+def run_one(name: str, lengths: list[int]) -> dict[str, object]:
+    """Serve ``lengths`` twice with ``name`` (a mode or a peer): cold, then warm."""
+    if name in MODES:
+        serve, compile_seconds, kernels = _tuner_server(name)
+    else:
+        serve, compile_seconds, kernels = _torch_server(name == "torch-dynamic")
+    rng = np.random.default_rng(1)
+    requests = [_inputs(s, rng) for s in lengths]
+    cumulative, elapsed = [], 0.0
+    for q, k, v in requests:
+        t0 = time.perf_counter()
+        out = serve(q, k, v)
+        elapsed += time.perf_counter() - t0
+        cumulative.append(elapsed)
+    _check(out, *requests[-1])
+    transition = compile_seconds()
+    warm = []
+    for q, k, v in requests:
+        t0 = time.perf_counter()
+        serve(q, k, v)
+        warm.append(time.perf_counter() - t0)
+    return {
+        "name": name,
+        "kernels": kernels(),
+        "transition_s": transition,
+        "total_s": elapsed,
+        "steady_ms": 1e3 * statistics.fmean(warm),
+        "cumulative_s": cumulative,
+    }
+
+
+def _check(out: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    s = q @ k.T / np.sqrt(HEAD)
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    want = (e / e.sum(axis=1, keepdims=True)) @ v
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-4)
+
+
+def _child(name: str, requests: int, seed: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="tuner-dyn-") as cache:
+        env = {**os.environ, "TUNER_CACHE_DIR": cache, "PYTHONPATH": str(HERE.parent)}
+        cmd = [sys.executable, __file__, "--child", name, "--requests", str(requests)]
+        cmd += ["--seed", str(seed)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"{name} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peers", choices=("auto", "none"), default="auto")
+    ap.add_argument("--out", default=str(HERE / "results" / "dynamic_shapes.csv"))
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    lengths = trace(a.requests, a.seed)
+    if a.child:
+        print(json.dumps(run_one(a.child, lengths)))
+        return 0
+    names = list(MODES)
+    if a.peers == "auto":
+        try:
+            import torch  # noqa: F401
+
+            names += PEERS
+        except ImportError:
+            print("torch is not installed: the torch.compile peers are left out")
+    print(f"{a.requests} requests, {len(set(lengths))} distinct lengths in [{LO}, {HI}]")
+    results = [_child(n, a.requests, a.seed) for n in names]
+    base = next(r for r in results if r["name"] == "specialize")
+    print(
+        f"{'mode':15} {'kernels':>8} {'transition s':>13} {'vs specialize':>14}"
+        f" {'steady ms':>10} {'vs specialize':>14} {'total s':>8}"
+    )
+    for r in results:
+        cut = 1 - float(r["transition_s"]) / float(base["transition_s"])  # type: ignore[arg-type]
+        slow = float(r["steady_ms"]) / float(base["steady_ms"])  # type: ignore[arg-type]
+        print(
+            f"{r['name']:15} {r['kernels']:>8} {r['transition_s']:>13.2f} {-cut:>+13.0%}"
+            f" {r['steady_ms']:>10.3f} {slow:>13.2f}x {r['total_s']:>8.1f}"
+        )
+    _write(results, lengths, Path(a.out))
+    return 0
+
+
+def _write(results: list[dict[str, object]], lengths: list[int], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        f.write("request,length," + ",".join(str(r["name"]) for r in results) + "\n")
+        for i, s in enumerate(lengths):
+            cells = ",".join(f"{r['cumulative_s'][i]:.4f}" for r in results)  # type: ignore[index]
+            f.write(f"{i},{s},{cells}\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"wrote {out} (matplotlib not installed: no plot)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in results:
+        ax.plot(r["cumulative_s"], label=str(r["name"]))  # type: ignore[arg-type]
+    ax.set_xlabel("request")
+    ax.set_ylabel("cumulative seconds (compiles included)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

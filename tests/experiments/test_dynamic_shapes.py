@@ -1,0 +1,32 @@
+"""The shape-transition experiment runs end to end on a short trace (each mode in its process)."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
+
+import dynamic_shapes
+
+
+def test_the_trace_is_fixed_and_skewed_short() -> None:
+    lengths = dynamic_shapes.trace(300)
+    assert lengths == dynamic_shapes.trace(300)
+    assert min(lengths) >= 8 and max(lengths) <= 512
+    assert sorted(lengths)[150] < 128  # most requests are short
+
+
+@pytest.mark.slow
+def test_three_requests_in_every_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dyn.csv"
+    assert dynamic_shapes.main(["--requests", "3", "--peers", "none", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for mode in dynamic_shapes.MODES:
+        assert mode in printed
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 3
+    assert all(float(r["generic"]) > 0 for r in rows)

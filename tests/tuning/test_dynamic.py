@@ -1,0 +1,113 @@
+"""Operators over changing shapes: ``build_op`` with symbolic dimensions, in each mode.
+
+Every mode must give NumPy's answer at every shape within the bounds: one
+generic kernel for all, a kernel per bucket with neutral padding (``-inf``
+for a softmax's columns, zeros for a matmul's reduction), a kernel per shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tuner
+from tuner import te
+from tuner.dynamic import MODES, buckets_for
+
+RNG = np.random.default_rng(0)
+SHAPES = [(1, 1), (7, 13), (31, 64), (65, 97), (7, 13)]
+
+
+def softmax_ref(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_softmax_over_symbolic_rows_and_columns_matches_numpy(mode: str) -> None:
+    f = tuner.build_op("softmax", M=te.var("M", max=128), N=te.var("N", max=128), dynamic=mode)
+    for m, n in SHAPES:
+        x = (RNG.random((m, n)) * 8 - 4).astype(np.float32)
+        np.testing.assert_allclose(f(x), softmax_ref(x), rtol=1e-5, atol=1e-6)
+    built = {"generic": 1, "specialize": 4, "bucket": 4}[mode]  # the repeated shape reuses
+    assert len(f.compiles) == built
+    if mode == "bucket":  # padded to powers of two, the bound a bucket of its own
+        assert [dict(c.values)["N"] for c in f.compiles] == [1, 16, 64, 128]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_matmul_with_a_symbolic_reduction_matches_numpy(mode: str) -> None:
+    """Attention's ``P @ V``: the sequence is the reduction; padded with zeros, it adds nothing."""
+    f = tuner.build_op("matmul", M=te.var("S", max=96), N=16, K=te.var("S", max=96), dynamic=mode)
+    for s in (1, 5, 33, 96):
+        a = RNG.random((s, s), dtype=np.float32)
+        b = RNG.random((s, 16), dtype=np.float32)
+        out = np.empty((s, 16), np.float32)
+        assert f(a, b, out=out) is out
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4)
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 70), st.integers(1, 70)), min_size=1, max_size=4),
+    st.sampled_from(MODES),
+)
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+def test_layer_norm_at_random_shapes_in_every_mode(shapes, mode) -> None:  # type: ignore[no-untyped-def]
+    """Its normalised columns have no neutral padding: a bucket serves them at their size."""
+    f = tuner.build_op("layer_norm", M=te.var("M", max=70), N=te.var("N", max=70), dynamic=mode)
+    for m, n in shapes:
+        x = RNG.random((m, n), dtype=np.float32)
+        g, b = RNG.random(n, dtype=np.float32), RNG.random(n, dtype=np.float32)
+        mean, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
+        np.testing.assert_allclose(
+            f(x, g, b), (x - mean) / np.sqrt(var + 1e-5) * g + b, rtol=1e-4, atol=1e-5
+        )
+        if mode == "bucket":
+            assert dict(f.compiles[-1].values)["N"] == n or len(f.compiles) < len(shapes)
+
+
+def test_conv2d_over_symbolic_batch_and_image_size() -> None:
+    op = "conv2d"
+    f = tuner.build_op(
+        op,
+        N=te.var("N", max=4),
+        C=3,
+        H=te.var("H", min=3, max=32),
+        W=te.var("W", min=3, max=32),
+        K=8,
+        pad=1,
+        dynamic="generic",
+    )
+    from search_spaces import get_operator
+
+    conv = get_operator(op)
+    for n, h, w in ((1, 3, 5), (2, 17, 9), (4, 32, 32)):
+        args = conv.parse_args(dict(N=n, C=3, H=h, W=w, K=8, pad=1))
+        x, wt = conv.make_inputs(args)
+        np.testing.assert_allclose(f(x, wt), conv.reference(x, wt, **args), rtol=1e-4, atol=1e-4)
+    assert len(f.compiles) == 1
+
+
+def test_shapes_outside_the_bounds_and_bad_modes_are_one_line_errors() -> None:
+    f = tuner.build_op("softmax", M=te.var("M", max=8), N=16, dynamic="generic")
+    with pytest.raises(TypeError, match="M must be at least 1 and at most 8"):
+        f(np.zeros((9, 16), np.float32))
+    with pytest.raises(TypeError, match=r"must be float32\[M, 16\]|must have 2 dimension"):
+        f(np.zeros((4,), np.float32))
+    with pytest.raises(ValueError, match="dynamic must be one of"):
+        tuner.build_op("softmax", M=te.var("M", max=8), N=16, dynamic="fast")
+    with pytest.raises(ValueError, match="needs a dimension given as a symbol"):
+        tuner.build_op("softmax", M=8, N=16, dynamic="generic")
+    with pytest.raises(ValueError, match="needs its max"):
+        tuner.build_op("softmax", M=te.var("M"), N=16, dynamic="bucket")
+    g = tuner.build_op("softmax", M=te.var("M", max=64), N=16, dynamic="bucket", buckets=[4, 16])
+    with pytest.raises(ValueError, match="above the largest bucket"):
+        g(np.zeros((17, 16), np.float32))
+
+
+def test_bucket_sizes() -> None:
+    assert buckets_for(te.var("n", max=100)) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert buckets_for(te.var("n", min=5, max=64)) == [8, 16, 32, 64]
+    assert buckets_for(te.var("n"), [48, 16, 16]) == [16, 48]

@@ -1,0 +1,292 @@
+"""Operators over changing shapes: one callable, three ways to serve a shape it has not seen.
+
+A dimension argument given as a symbol (``te.var``) is dynamic::
+
+    f = tuner.build_op("matmul", M=te.var("M", max=4096), N=768, K=768, dynamic="generic")
+    c = f(a, b)            # any number of rows up to 4096
+
+``dynamic`` says how a new value is served (the seed's shape-transition
+comparison, ``experiments/dynamic_shapes.py``, measures all three):
+
+- ``"specialize"``: a kernel per concrete shape, compiled when the shape is
+  first seen and cached (each with its own best record).
+- ``"generic"``: one kernel whose extents are read from its arguments at each
+  call, compiled once for every shape within the symbols' bounds. Its config
+  is the best record of a representative shape (``at``, by default the
+  geometric middle of each symbol's bounds), else its nearest tuned shape's,
+  else the template's default there (operators in ``GENERIC``).
+- ``"bucket"``: the dynamic dimensions are padded up to the next bucket (powers
+  of two by default, or the sizes given), a kernel per bucket, the output
+  sliced back. Padding uses the value each dimension declares neutral (zeros
+  for a matmul's rows and its reduction, ``-inf`` for a softmax's columns);
+  a dimension without one (layer norm's normalised columns) is served at its
+  exact size.
+
+Every build, with its shape and seconds, is listed in ``compiles``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .codegen.backend import bind_symbols, check_output
+from .compile import BestRecords, OpKernel, RecordChoiceWarning
+from .lower.extent import evaluate, normal
+from .schedule import ScheduleError
+from .space import ConfigError
+from .target import Target
+from .task import Task
+from .te import Tensor, Var
+
+__all__ = ["GENERIC", "MODES", "Compile", "DynamicOpKernel", "buckets_for"]
+
+#: How a module serves a shape (see the module's docstring).
+MODES = ("specialize", "generic", "bucket")
+
+#: The operators whose schedules take symbolic extents (tested at many shapes per kernel).
+#: A config is chosen at one shape; at the others, lowering bounds every loop a tile does
+#: not divide, so a tile larger than the extents stays correct.
+GENERIC = frozenset({"batch_matmul", "conv2d", "layer_norm", "log_softmax", "matmul", "softmax"})
+
+
+@dataclass(frozen=True)
+class Compile:
+    """One kernel built while serving: the symbols' values it serves and the seconds it took."""
+
+    values: tuple[tuple[str, int], ...]
+    seconds: float
+
+
+def buckets_for(var: Var, given: Sequence[int] | None = None) -> list[int]:
+    """The bucket sizes of ``var``: ``given`` (sorted), else powers of two up to its bound.
+
+    The last bucket is the symbol's ``max`` (a bound that is no power of two
+    still gets a bucket of its own); an unbounded symbol needs given sizes.
+    """
+    if given is not None:
+        sizes = sorted({int(b) for b in given})
+        if not sizes or sizes[0] < 1:
+            raise ValueError(f"buckets for {var.name} must be positive sizes, got {list(given)}")
+        return sizes
+    if var.hi is None:
+        raise ValueError(f"bucketing {var.name} needs its max (te.var({var.name!r}, max=...))")
+    sizes, b = [], 1
+    while b < var.hi:
+        if b >= var.lo:
+            sizes.append(b)
+        b *= 2
+    return [*sizes, var.hi]
+
+
+class DynamicOpKernel:
+    """Operator ``op`` over symbolic dimension arguments: ``f(*inputs, out=None)``."""
+
+    def __init__(
+        self,
+        op: str,
+        args: Mapping[str, Any],
+        target: Target,
+        mode: str = "generic",
+        records: BestRecords | None = None,
+        buckets: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
+        at: Mapping[str, int] | None = None,
+    ):
+        from search_spaces import get_operator
+
+        if mode not in MODES:
+            raise ValueError(f"dynamic must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode == "generic" and op not in GENERIC:
+            raise ValueError(
+                f"{op} has no generic kernel (its schedule reads concrete extents); "
+                f"use dynamic='specialize' or 'bucket' (generic: {', '.join(sorted(GENERIC))})"
+            )
+        self.op, self.target, self.mode, self.records = op, target, mode, records
+        self.operator = get_operator(op)
+        self.symbols = {v.name: v for v in args.values() if isinstance(v, Var)}
+        self.params = {k: v.name for k, v in args.items() if isinstance(v, Var)}
+        if not self.symbols:
+            raise ValueError(f"{op}: no argument is a symbol (te.var); nothing is dynamic")
+        self._args = dict(args)
+        self.at = self._representative(at or {})
+        # The symbolic definition: where each input's dimensions come from.
+        self.config = self._generic_config() if mode == "generic" else None
+        cfg = self.config or self._task(self.at).default_config()
+        sched, tensors = self.operator.schedule(cfg, self._parsed(self.at, symbolic=True), target)
+        self._sched, self.tensors = sched, tensors
+        self.compiles: list[Compile] = []
+        self._kernels: dict[tuple[int, ...], Any] = {}
+        self._buckets = self._bucket_sizes(buckets) if mode == "bucket" else {}
+
+    # -- arguments ---------------------------------------------------------
+    def _representative(self, at: Mapping[str, int]) -> dict[str, int]:
+        out = {}
+        for param, name in self.params.items():
+            v = self.symbols[name]
+            if param in at:
+                out[name] = int(at[param])
+            else:
+                hi = v.hi if v.hi is not None else max(v.lo, 64)
+                out[name] = max(v.lo, round(math.sqrt(v.lo * hi)))
+        return out
+
+    def _parsed(self, values: Mapping[str, int], symbolic: bool = False) -> dict[str, Any]:
+        """The operator's arguments at ``values`` (or with the symbols left in)."""
+        concrete = {k: (values[v.name] if isinstance(v, Var) else v) for k, v in self._args.items()}
+        parsed = self.operator.parse_args(concrete)
+        if symbolic:
+            parsed.update({k: self.symbols[name] for k, name in self.params.items()})
+        return parsed
+
+    def _task(self, values: Mapping[str, int]) -> Task:
+        return Task(self._workload(values), self.target)
+
+    def _workload(self, values: Mapping[str, int]) -> Any:
+        from .workload import Workload
+
+        return Workload.make(self.op, **self._parsed(values))
+
+    # -- generic ------------------------------------------------------------
+    def _generic_config(self) -> dict[str, Any]:
+        """The best record of the representative shape, if legal at every corner; else a default."""
+        task = self._task(self.at)
+        candidates: list[tuple[str, dict[str, Any]]] = []
+        chosen = self.records
+        if chosen is None:
+            from .compile import _ACTIVE
+
+            chosen = _ACTIVE.get()
+        if chosen is not None:
+            record = chosen.match(task.workload, self.target).record
+            if record is None:
+                for _, _source, match in chosen.nearest(task.workload, self.target):
+                    if match.record is not None:
+                        record = match.record
+                        break
+            if record is not None:
+                candidates.append(("its record", dict(record.config)))
+        candidates.append(("the default", task.default_config()))
+        for what, cfg in candidates:
+            try:
+                task.space.validate(cfg)
+            except ConfigError:
+                continue
+            if what != "its record" and chosen is not None:
+                warnings.warn(
+                    f"{self.op}: no record of {task.workload.key} fits; the generic kernel"
+                    " uses the default schedule",
+                    RecordChoiceWarning,
+                    stacklevel=4,
+                )
+            return task.space.validate(cfg).to_json()
+        raise AssertionError("the default config is always legal")
+
+    # -- buckets ----------------------------------------------------------
+    def _bucket_sizes(
+        self, buckets: Sequence[int] | Mapping[str, Sequence[int]] | None
+    ) -> dict[str, list[int] | None]:
+        out: dict[str, list[int] | None] = {}
+        pads = {p.name: p.pad for p in self.operator.params}
+        for param, name in self.params.items():
+            given = buckets.get(param) if isinstance(buckets, Mapping) else buckets
+            out[name] = None if pads.get(param) is None else buckets_for(self.symbols[name], given)
+        return out
+
+    def _bucket(self, values: dict[str, int]) -> dict[str, int]:
+        out = {}
+        for name, v in values.items():
+            sizes = self._buckets[name]
+            if sizes is None:  # no neutral padding: this dimension is served exactly
+                out[name] = v
+                continue
+            up = next((b for b in sizes if b >= v), None)
+            if up is None:
+                raise ValueError(f"{name}={v} is above the largest bucket ({sizes[-1]})")
+            out[name] = up
+        return out
+
+    def _pad(self, arrays: list[np.ndarray], served: dict[str, int]) -> list[np.ndarray]:
+        """The inputs padded to the served shape with each dimension's neutral value."""
+        pads = {p.name: p.pad for p in self.operator.params}
+        by_symbol = {name: pads[param] for param, name in self.params.items()}
+        out = []
+        for a, t in zip(arrays, self.tensors, strict=False):
+            shape = tuple(evaluate(d, served) for d in t.shape)  # type: ignore[arg-type]
+            if shape == a.shape:
+                out.append(a)
+                continue
+            big = np.empty(shape, a.dtype)
+            big[tuple(slice(0, n) for n in a.shape)] = a
+            for axis, (d, m) in enumerate(zip(t.shape, a.shape, strict=True)):
+                if m < shape[axis]:  # the rows (columns, ...) past the input's own
+                    fill = by_symbol[d.name] if isinstance(d, Var) else 0.0
+                    big[(slice(None),) * axis + (slice(m, None),)] = fill
+            out.append(big)
+        return out
+
+    # -- serving ----------------------------------------------------------
+    def values(self, inputs: Sequence[np.ndarray]) -> dict[str, int]:
+        """The symbols' values that ``inputs`` give (checked against their bounds)."""
+        params = [(t.name, tuple(normal(d) for d in t.shape)) for t in self.tensors]
+        return bind_symbols(params, list(self.symbols.values()), [np.shape(a) for a in inputs])
+
+    def kernel_for(self, values: Mapping[str, int]) -> OpKernel:
+        """The kernel that serves ``values`` (built, and timed into ``compiles``, when new)."""
+        served = dict(values) if self.mode != "generic" else {}
+        if self.mode == "bucket":
+            served = self._bucket(dict(values))
+        key = tuple(served[n] for n in sorted(served))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            t0 = time.perf_counter()
+            kernel = self._build(served)
+            self.compiles.append(Compile(tuple(sorted(served.items())), time.perf_counter() - t0))
+            self._kernels[key] = kernel
+        return kernel
+
+    def _build(self, served: Mapping[str, int]) -> OpKernel:
+        from .compile import build_task
+
+        if self.mode != "generic":
+            return build_task(self._task(served), self.records)
+        assert self.config is not None
+        task = self._task(self.at)
+        kernel = _build_symbolic(task, self._sched, self.tensors)
+        return OpKernel(task.workload, kernel, self.config, None)
+
+    def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        arrays = [np.ascontiguousarray(a) for a in inputs]
+        values = self.values(arrays)
+        kernel = self.kernel_for(values)
+        result = self.tensors[-1]
+        shape = tuple(evaluate(d, values) for d in result.shape)  # type: ignore[arg-type]
+        if out is not None:
+            check_output(out, shape, result.dtype, "out", arrays)
+        if self.mode == "generic":
+            out = out if out is not None else np.empty(shape, result.dtype)
+            kernel.kernel(*arrays, out)
+            return out
+        if self.mode == "specialize":
+            return kernel(*arrays, out=out)
+        served = self._bucket(values)
+        full = kernel(*self._pad(arrays, served))
+        part = full[tuple(slice(0, n) for n in shape)]
+        if out is None:
+            return np.ascontiguousarray(part)
+        np.copyto(out, part)
+        return out
+
+
+def _build_symbolic(task: Task, sched: Any, tensors: list[Tensor]) -> Any:
+    from .codegen import build
+
+    try:
+        return build(sched, tensors, target=task.target)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{task.op_name}: no generic kernel for this config ({exc})") from None
