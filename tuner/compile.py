@@ -85,6 +85,11 @@ _ACTIVE: contextvars.ContextVar[BestRecords | None] = contextvars.ContextVar(
 )
 
 
+def records_in_scope(records: BestRecords | None = None) -> BestRecords | None:
+    """``records`` when given, else those of the enclosing ``apply_best`` block (or None)."""
+    return records if records is not None else _ACTIVE.get()
+
+
 @contextlib.contextmanager
 def apply_best(source: str | Path | Sequence[str | Path]) -> Iterator[BestRecords]:
     """Within the block, ``build_op`` uses the best records of ``source``."""
@@ -179,7 +184,7 @@ def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
     here, one per task.
     """
     tgt = task.target
-    chosen = records or _ACTIVE.get()
+    chosen = records_in_scope(records)
     match = chosen.match(task.workload, tgt) if chosen is not None else Match(None)
     if match.note:
         _warn(RecordChoiceWarning, f"record for {task.workload.key}: {match.note}")

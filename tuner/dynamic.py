@@ -30,14 +30,14 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .codegen.backend import bind_symbols, check_output
-from .compile import BestRecords, OpKernel, RecordChoiceWarning
+from .compile import BestRecords, OpKernel, RecordChoiceWarning, build_task, records_in_scope
 from .lower.extent import evaluate, normal
 from .schedule import ScheduleError
 from .space import ConfigError
@@ -120,6 +120,10 @@ class DynamicOpKernel:
         cfg = self.config or self._task(self.at).default_config()
         sched, tensors = self.operator.schedule(cfg, self._parsed(self.at, symbolic=True), target)
         self._sched, self.tensors = sched, tensors
+        # Read on every call: each argument's declared shape, each symbol's padding value.
+        self._shapes = [(t.name, tuple(normal(d) for d in t.shape)) for t in tensors]
+        pads = {p.name: p.pad for p in self.operator.params}
+        self._fill = {name: pads[param] for param, name in self.params.items()}
         self.compiles: list[Compile] = []
         self._kernels: dict[tuple[int, ...], Any] = {}
         self._buckets = self._bucket_sizes(buckets) if mode == "bucket" else {}
@@ -136,56 +140,52 @@ class DynamicOpKernel:
                 out[name] = max(v.lo, round(math.sqrt(v.lo * hi)))
         return out
 
+    def _concrete(self, values: Mapping[str, int]) -> dict[str, Any]:
+        """The arguments with each symbol at its value in ``values``."""
+        return {k: (values[v.name] if isinstance(v, Var) else v) for k, v in self._args.items()}
+
     def _parsed(self, values: Mapping[str, int], symbolic: bool = False) -> dict[str, Any]:
         """The operator's arguments at ``values`` (or with the symbols left in)."""
-        concrete = {k: (values[v.name] if isinstance(v, Var) else v) for k, v in self._args.items()}
-        parsed = self.operator.parse_args(concrete)
+        parsed = self.operator.parse_args(self._concrete(values))
         if symbolic:
             parsed.update({k: self.symbols[name] for k, name in self.params.items()})
         return parsed
 
     def _task(self, values: Mapping[str, int]) -> Task:
-        return Task(self._workload(values), self.target)
-
-    def _workload(self, values: Mapping[str, int]) -> Any:
-        from .workload import Workload
-
-        return Workload.make(self.op, **self._parsed(values))
+        return Task.make(self.op, self._concrete(values), self.target)
 
     # -- generic ------------------------------------------------------------
     def _generic_config(self) -> dict[str, Any]:
-        """The best record of the representative shape, if legal at every corner; else a default."""
+        """The representative shape's best record, else its nearest tuned shape's that fits, else
+        the default (as ``build_task`` chooses for a constant shape)."""
         task = self._task(self.at)
-        candidates: list[tuple[str, dict[str, Any]]] = []
-        chosen = self.records
-        if chosen is None:
-            from .compile import _ACTIVE
-
-            chosen = _ACTIVE.get()
-        if chosen is not None:
-            record = chosen.match(task.workload, self.target).record
-            if record is None:
-                for _, _source, match in chosen.nearest(task.workload, self.target):
-                    if match.record is not None:
-                        record = match.record
-                        break
-            if record is not None:
-                candidates.append(("its record", dict(record.config)))
-        candidates.append(("the default", task.default_config()))
-        for what, cfg in candidates:
+        chosen = records_in_scope(self.records)
+        for cfg in self._recorded_configs(task, chosen):
             try:
-                task.space.validate(cfg)
+                return task.space.validate(cfg).to_json()
             except ConfigError:
                 continue
-            if what != "its record" and chosen is not None:
-                warnings.warn(
-                    f"{self.op}: no record of {task.workload.key} fits; the generic kernel"
-                    " uses the default schedule",
-                    RecordChoiceWarning,
-                    stacklevel=4,
-                )
-            return task.space.validate(cfg).to_json()
-        raise AssertionError("the default config is always legal")
+        if chosen is not None:
+            warnings.warn(
+                f"{self.op}: no record of {task.workload.key} or a shape near it fits; the"
+                " generic kernel uses the default schedule",
+                RecordChoiceWarning,
+                stacklevel=4,
+            )
+        return task.space.validate(task.default_config()).to_json()
+
+    def _recorded_configs(
+        self, task: Task, chosen: BestRecords | None
+    ) -> Iterator[Mapping[str, Any]]:
+        """The configs of the records for ``task``'s shape, then for the shapes nearest it."""
+        if chosen is None:
+            return
+        record = chosen.match(task.workload, self.target).record
+        if record is not None:
+            yield record.config
+        for _, _source, match in chosen.nearest(task.workload, self.target):
+            if match.record is not None:
+                yield match.record.config
 
     # -- buckets ----------------------------------------------------------
     def _bucket_sizes(
@@ -213,19 +213,17 @@ class DynamicOpKernel:
 
     def _pad(self, arrays: list[np.ndarray], served: dict[str, int]) -> list[np.ndarray]:
         """The inputs padded to the served shape with each dimension's neutral value."""
-        pads = {p.name: p.pad for p in self.operator.params}
-        by_symbol = {name: pads[param] for param, name in self.params.items()}
         out = []
-        for a, t in zip(arrays, self.tensors, strict=False):
-            shape = tuple(evaluate(d, served) for d in t.shape)  # type: ignore[arg-type]
+        for a, (_, declared) in zip(arrays, self._shapes, strict=False):
+            shape = tuple(evaluate(d, served) for d in declared)
             if shape == a.shape:
                 out.append(a)
                 continue
             big = np.empty(shape, a.dtype)
             big[tuple(slice(0, n) for n in a.shape)] = a
-            for axis, (d, m) in enumerate(zip(t.shape, a.shape, strict=True)):
+            for axis, (d, m) in enumerate(zip(declared, a.shape, strict=True)):
                 if m < shape[axis]:  # the rows (columns, ...) past the input's own
-                    fill = by_symbol[d.name] if isinstance(d, Var) else 0.0
+                    fill = self._fill[d.name] if isinstance(d, Var) else 0.0
                     big[(slice(None),) * axis + (slice(m, None),)] = fill
             out.append(big)
         return out
@@ -233,14 +231,23 @@ class DynamicOpKernel:
     # -- serving ----------------------------------------------------------
     def values(self, inputs: Sequence[np.ndarray]) -> dict[str, int]:
         """The symbols' values that ``inputs`` give (checked against their bounds)."""
-        params = [(t.name, tuple(normal(d) for d in t.shape)) for t in self.tensors]
-        return bind_symbols(params, list(self.symbols.values()), [np.shape(a) for a in inputs])
+        return bind_symbols(
+            self._shapes, list(self.symbols.values()), [np.shape(a) for a in inputs]
+        )
 
     def kernel_for(self, values: Mapping[str, int]) -> OpKernel:
         """The kernel that serves ``values`` (built, and timed into ``compiles``, when new)."""
-        served = dict(values) if self.mode != "generic" else {}
-        if self.mode == "bucket":
+        return self._serve(values)[1]
+
+    def _serve(self, values: Mapping[str, int]) -> tuple[dict[str, int], OpKernel]:
+        """The shape that serves ``values`` (the bucket, the shape itself, or none for generic)
+        and its kernel."""
+        if self.mode == "generic":
+            served: dict[str, int] = {}
+        elif self.mode == "bucket":
             served = self._bucket(dict(values))
+        else:
+            served = dict(values)
         key = tuple(served[n] for n in sorted(served))
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -248,11 +255,9 @@ class DynamicOpKernel:
             kernel = self._build(served)
             self.compiles.append(Compile(tuple(sorted(served.items())), time.perf_counter() - t0))
             self._kernels[key] = kernel
-        return kernel
+        return served, kernel
 
     def _build(self, served: Mapping[str, int]) -> OpKernel:
-        from .compile import build_task
-
         if self.mode != "generic":
             return build_task(self._task(served), self.records)
         assert self.config is not None
@@ -263,18 +268,17 @@ class DynamicOpKernel:
     def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         arrays = [np.ascontiguousarray(a) for a in inputs]
         values = self.values(arrays)
-        kernel = self.kernel_for(values)
+        served, kernel = self._serve(values)
+        if self.mode == "specialize":  # a constant-shape kernel, which checks ``out`` itself
+            return kernel(*arrays, out=out)
         result = self.tensors[-1]
-        shape = tuple(evaluate(d, values) for d in result.shape)  # type: ignore[arg-type]
+        shape = tuple(evaluate(d, values) for d in self._shapes[-1][1])
         if out is not None:
             check_output(out, shape, result.dtype, "out", arrays)
         if self.mode == "generic":
             out = out if out is not None else np.empty(shape, result.dtype)
             kernel.kernel(*arrays, out)
             return out
-        if self.mode == "specialize":
-            return kernel(*arrays, out=out)
-        served = self._bucket(values)
         full = kernel(*self._pad(arrays, served))
         part = full[tuple(slice(0, n) for n in shape)]
         if out is None:

@@ -108,19 +108,25 @@ def conv_case(draw):  # type: ignore[no-untyped-def]
     pad = draw(st.integers(0, r // 2 + 1))
     inputs, O, ref = conv2d(1, c, h, w, k, r, stride, pad)
     s = te.create_schedule(O)
-    P = O.op.inputs[0]
     how = draw(st.sampled_from(["root", "inline", "at"]))
     random_loops(draw, s, O)
+    place_padding(draw, s, O, how)
+    return inputs, O, ref, s
+
+
+def place_padding(draw, s, O, how: str) -> None:  # type: ignore[no-untyped-def]
+    """The padding stage ``P`` of a convolution ``O``: at the root, inlined, or at a loop of
+    ``O`` (inside its parallel loop, if any)."""
+    P = O.op.inputs[0]
     if how == "inline":
         s[P].compute_inline()
     elif how == "at":
-        state = s.state.stage("O")
+        state = s.state.stage(O.name)
         par = [a for a in s[O].leaf_axes if state.axis(a.name).annotation == "parallel"]
         leaves = list(s[O].leaf_axes)
         if par:
             leaves = leaves[leaves.index(par[0]) :]
         s[P].compute_at(s[O], draw(st.sampled_from(leaves)))
-    return inputs, O, ref, s
 
 
 @given(conv_case())

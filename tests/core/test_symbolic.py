@@ -19,7 +19,7 @@ from tuner.schedule import ScheduleError
 
 from .ops import chain, conv2d, matmul, row_max
 from .test_compute_at_chain import softmax
-from .test_random_schedules import random_loops
+from .test_random_schedules import place_padding, random_loops
 
 SETTINGS = settings(
     max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
@@ -173,17 +173,7 @@ def test_symbolic_conv2d_image_size_under_random_schedules(data) -> None:  # typ
     inputs, O, _ = conv2d(1, 2, h, w, 3, r, stride, pad)
     s = te.create_schedule(O)
     random_loops(draw, s, O)
-    P = O.op.inputs[0]
-    how = draw(st.sampled_from(["root", "inline", "at"]))
-    if how == "inline":
-        s[P].compute_inline()
-    elif how == "at":
-        state = s.state.stage("O")
-        par = [a for a in s[O].leaf_axes if state.axis(a.name).annotation == "parallel"]
-        leaves = list(s[O].leaf_axes)
-        s[P].compute_at(
-            s[O], draw(st.sampled_from(leaves[leaves.index(par[0]) :] if par else leaves))
-        )
+    place_padding(draw, s, O, draw(st.sampled_from(["root", "inline", "at"])))
     note(s.dumps())
     kernel = tuner.build(s, [*inputs, O])
     for _ in range(3):

@@ -127,19 +127,22 @@ def proves(a: Ext, op: str, b: Ext, ranges: Ranges) -> bool:
 
 
 def emin(a: Ext, b: Ext, ranges: Ranges) -> Ext:
-    if proves(a, "le", b, ranges):
-        return a
-    if proves(b, "le", a, ranges):
-        return b
-    return normal(Binary("min", as_expr(a), as_expr(b), "int64"))
+    return _extreme("min", a, b, ranges)
 
 
 def emax(a: Ext, b: Ext, ranges: Ranges) -> Ext:
-    if proves(a, "ge", b, ranges):
+    return _extreme("max", a, b, ranges)
+
+
+def _extreme(op: str, a: Ext, b: Ext, ranges: Ranges) -> Ext:
+    """The smaller (``"min"``) or larger of two extents: one of them where the bounds say
+    which, else a ``min``/``max`` expression."""
+    first = "le" if op == "min" else "ge"
+    if proves(a, first, b, ranges):
         return a
-    if proves(b, "ge", a, ranges):
+    if proves(b, first, a, ranges):
         return b
-    return normal(Binary("max", as_expr(a), as_expr(b), "int64"))
+    return normal(Binary(op, as_expr(a), as_expr(b), "int64"))
 
 
 def evaluate(e: Ext, values: dict[str, int]) -> int:
