@@ -159,10 +159,17 @@ class Measurer:
         return self._pool
 
     def _drop_pool(self) -> None:
+        """Kill the build workers and wait for the pool's manager thread to notice.
+
+        Waiting matters even though the workers are gone: with ``wait=False``
+        the manager thread may close its wake-up pipe while the interpreter's
+        exit hook writes to it (a race in Python 3.11's ``concurrent.futures``,
+        seen in CI as ``OSError: Bad file descriptor`` printed at a worker's exit).
+        """
         if self._pool is not None:
             for proc in list(getattr(self._pool, "_processes", {}).values()):
                 proc.kill()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def measure(
