@@ -89,12 +89,15 @@ def lane_reduce(
     contiguous run of ``lanes`` elements. Needs ``1 <= lanes <= N``.
     """
     reduce = _REDUCERS[combiner]
+    if isinstance(N, te.Var) and N.lo < lanes:
+        # A symbolic row as short as N.lo: fewer lanes keep every chunk inside the row.
+        lanes = 1 << (N.lo.bit_length() - 1)
     k = te.reduce_axis(-(-N // lanes), name=f"{name}_k")
 
     def element(i: Any, lane: Any) -> Expr:
         if isinstance(N, int) and N % lanes == 0:
             return source(i, k * lanes + lane)
-        if not isinstance(N, int):  # a generic kernel's row may be shorter than lanes
+        if not isinstance(N, int | te.Var):  # a row length of unknown least value
             return _any_length(i, lane)
         start = te.minimum(k * lanes, N - lanes)
         value = source(i, start + lane)

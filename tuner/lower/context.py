@@ -78,6 +78,10 @@ class Env:
     # The enclosing loops bound to GPU thread indices (threadIdx.*): variable -> extent.
     # A buffer shared by a block's threads is sized over them (``_NestBuilder._attached``).
     threads: dict[str, int] = field(default_factory=dict)
+    # With ``specialize``: the variables known where the full version is chosen (outside
+    # the tile). A condition over others (a loop inside the tile, such as a symbolic
+    # reduction's last chunk) cannot choose it; that loop keeps its bound instead.
+    specialize_known: frozenset[str] = frozenset()
 
     def child(self) -> Env:
         return Env(
@@ -89,6 +93,7 @@ class Env:
             self.pad,
             dict(self.regions),
             dict(self.threads),
+            self.specialize_known,
         )
 
 

@@ -116,8 +116,10 @@ class _NestBuilder:
             tight = _tighten(e, bound, var, env)
             covers = tight is not None and proves(_ext(tight), "ge", full, env.ranges)
             if tight is not None and env.specialize is not None and not covers:
-                env.specialize.append(simplify(tight >= as_expr(full), env.ranges))
-                continue
+                cond = simplify(tight >= as_expr(full), env.ranges)
+                if _free(cond) <= env.specialize_known:
+                    env.specialize.append(cond)
+                    continue
             if tight is None:
                 guards.append(_below(e, bound, env))
             elif covers:
@@ -173,6 +175,7 @@ class _NestBuilder:
         def tile(spec: list[Expr] | None, pad: bool = False) -> Stmt | None:
             e = env.child()
             e.specialize = spec
+            e.specialize_known = frozenset(env.ranges)
             if pad:
                 e.pad = Padding(self)
             parts = []

@@ -47,7 +47,7 @@ class NumbaRenderer(NumbaSourceRenderer):
         #: The symbolic extents' parameter names, in the order the kernel takes them.
         self.symbols = [self.renamed[v.name] for v in func.symbols]
         # Scratch buffers of parallel loops: name -> (loop variable, slot size).
-        self.slots: dict[str, tuple[str, int]] = {}
+        self.slots: dict[str, tuple[str, Ext]] = {}
         self.has_prange = False
 
     # -- expressions -------------------------------------------------------
@@ -140,13 +140,18 @@ class NumbaRenderer(NumbaSourceRenderer):
         loop nest's function allocates nothing (which keeps it vectorizable).
         """
         slots = normal(loop.extent)
-        free = {v.name for v in walk(loop.extent) if isinstance(v, Var)}
-        size = b.size
+        size = normal(b.size)
+        free = {
+            v.name
+            for e in (loop.extent, size)
+            if not isinstance(e, int)
+            for v in walk(e)
+            if isinstance(v, Var)
+        }
         itemsize = np.dtype(b.dtype).itemsize
-        if (
-            not isinstance(size, int)
-            or not free <= set(self.ranges)
-            or upper(slots, self.ranges) * size * itemsize > _MAX_SCRATCH_BYTES
+        if (  # the symbols' largest values must fit too: the entry knows only them
+            not free <= set(self.ranges)
+            or upper(slots, self.ranges) * upper(size, self.ranges) * itemsize > _MAX_SCRATCH_BYTES
         ):
             self.emit(f"{b.name} = np.empty({self.size_text(size)}, np.{b.dtype})")
             return
