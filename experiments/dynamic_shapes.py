@@ -10,13 +10,20 @@ three kernels (``matmul`` with ``trans_b``, ``softmax``, ``matmul``) built by
 - ``bucket``: lengths padded to the next power of two (8 ... 512).
 
 Each mode runs in its own process with an empty kernel cache, so a shape
-compiled by one mode is never found by another. The trace goes through twice:
+compiled by one mode is never found by another. The trace goes through four times:
 the first pass, cold, gives the cumulative time (compiles included) and the
 shape-transition cost (seconds spent building kernels when a new shape
-arrived); the second, with everything built, the steady-state time per
-request. With torch installed, ``torch.compile(dynamic=False)`` and
+arrived); three more, with everything built and a rest before each, the
+steady-state time per request (each request's median, averaged over the
+trace). Modes run one after another, not interleaved: each needs a cold
+process of its own. With torch installed, ``torch.compile(dynamic=False)`` and
 ``torch.compile(dynamic=True)`` serve the same trace (``--peers``), each in
-its own process, at the same thread count.
+its own process, at the same thread count; their transition cost is the time
+of the first call at each new length (a compile where dynamo makes one) and
+their ``kernels`` the graphs dynamo compiled.
+
+Writes the cumulative times per request (``--out``), a summary per mode
+(``*_summary.csv``, read by ``experiments/dynamic_shapes.ipynb``) and a plot.
 
     python experiments/dynamic_shapes.py                 # 300 requests, table + CSV + plot
     python experiments/dynamic_shapes.py --requests 40 --peers none   # a quick look
@@ -44,6 +51,8 @@ MODES = ("specialize", "generic", "bucket")
 PEERS = ("torch-static", "torch-dynamic")
 HEAD = 64
 LO, HI = 8, 512
+#: Warm passes over the trace; each request's steady-state time is its median.
+WARM_ROUNDS = 3
 
 
 def trace(requests: int, seed: int = 0) -> list[int]:
@@ -104,7 +113,10 @@ def _torch_server(dynamic: bool):  # type: ignore[no-untyped-def]
                 return out.numpy()  # type: ignore[no-any-return]
             return fn(*t).numpy()  # type: ignore[no-any-return]
 
-    return serve, lambda: spent[0], lambda: len(seen)
+    def graphs() -> int:  # what dynamo compiled (with dynamic=True, far fewer than shapes)
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+    return serve, lambda: spent[0], graphs
 
 
 def run_one(name: str, lengths: list[int]) -> dict[str, object]:
@@ -123,11 +135,16 @@ def run_one(name: str, lengths: list[int]) -> dict[str, object]:
         cumulative.append(elapsed)
     _check(out, *requests[-1])
     transition = compile_seconds()
-    warm = []
-    for q, k, v in requests:
-        t0 = time.perf_counter()
-        serve(q, k, v)
-        warm.append(time.perf_counter() - t0)
+    rounds: list[list[float]] = []
+    for _ in range(WARM_ROUNDS):  # the trace again, everything built: a median per request
+        time.sleep(0.5)  # let threads that spin after a call settle first
+        times = []
+        for q, k, v in requests:
+            t0 = time.perf_counter()
+            serve(q, k, v)
+            times.append(time.perf_counter() - t0)
+        rounds.append(times)
+    warm = [statistics.median(per) for per in zip(*rounds, strict=True)]
     return {
         "name": name,
         "kernels": kernels(),
@@ -194,8 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+SUMMARY = ("name", "kernels", "transition_s", "steady_ms", "total_s")
+
+
 def _write(results: list[dict[str, object]], lengths: list[int], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
+    summary = out.with_name(f"{out.stem}_summary.csv")
+    with summary.open("w") as f:  # what the notebook (experiments/dynamic_shapes.ipynb) reads
+        f.write(",".join(SUMMARY) + "\n")
+        for r in results:
+            f.write(",".join(str(r[k]) for k in SUMMARY) + "\n")
     with out.open("w") as f:
         f.write("request,length," + ",".join(str(r["name"]) for r in results) + "\n")
         for i, s in enumerate(lengths):

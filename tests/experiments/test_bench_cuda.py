@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import bench_cuda  # noqa: E402
+import cuda_peers  # noqa: E402
 
 OPS = {"matmul", "conv2d", "softmax", "layer_norm"}
 # Awkward shapes: nothing divides by a tile, a window that strides and dilates.
@@ -57,7 +58,7 @@ def test_the_workloads_are_the_issues_and_the_smoke_ones_the_same_ops() -> None:
 def test_cupy_formulation_matches_the_reference(op_name: str, raw: dict) -> None:
     """CuPy's calls, run by NumPy (the same names and out= buffers), twice into one buffer."""
     args, inputs, ref = _setup(op_name, raw)
-    launch, y = bench_cuda.cupy_formulation(np, op_name, args, inputs)
+    launch, y = cuda_peers.cupy_formulation(np, op_name, args, inputs)
     launch()
     launch()
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
@@ -65,7 +66,7 @@ def test_cupy_formulation_matches_the_reference(op_name: str, raw: dict) -> None
 
 def test_cupy_has_no_conv2d_and_says_so() -> None:
     args, inputs, _ = _setup(*CASES[3])
-    assert "no conv2d" in bench_cuda.cupy_formulation(np, "conv2d", args, inputs)
+    assert "no conv2d" in cuda_peers.cupy_formulation(np, "conv2d", args, inputs)
 
 
 @pytest.mark.parametrize(("op_name", "raw"), CASES)
@@ -73,7 +74,7 @@ def test_torch_formulation_matches_the_reference(op_name: str, raw: dict) -> Non
     torch = pytest.importorskip("torch")
     args, inputs, ref = _setup(op_name, raw)
     dev = [torch.from_numpy(a) for a in inputs]
-    got = bench_cuda.torch_formulation(torch, op_name, args, dev)
+    got = cuda_peers.torch_formulation(torch, op_name, args, dev)
     assert not isinstance(got, str), got
     launch, y = got
     launch()
@@ -82,7 +83,7 @@ def test_torch_formulation_matches_the_reference(op_name: str, raw: dict) -> Non
 
 def test_torch_is_kept_to_float32_on_the_gpu() -> None:
     torch = pytest.importorskip("torch")
-    bench_cuda._float32_only(torch)
+    cuda_peers._float32_only(torch)
     matmul = torch.backends.cuda.matmul
     if hasattr(matmul, "fp32_precision"):
         assert matmul.fp32_precision == "ieee"
@@ -125,13 +126,13 @@ class FakeTimer:
 
 def test_samples_fill_min_sample_and_rounds_rotate_the_order() -> None:
     calls: list[str] = []
-    assert 20 <= bench_cuda.reps_for(FakeTimer("a", 1e-3, calls), 0.02) <= 40
-    assert bench_cuda.reps_for(FakeTimer("a", 1.0, calls), 0.02) == 1
+    assert 20 <= cuda_peers.reps_for(FakeTimer("a", 1e-3, calls), 0.02) <= 40
+    assert cuda_peers.reps_for(FakeTimer("a", 1.0, calls), 0.02) == 1
     calls.clear()
     timers = {
         k: FakeTimer(k, c, calls) for k, c in (("ours", 2e-3), ("cupy", 1e-4), ("torch", 5e-5))
     }
-    got = bench_cuda.interleaved(timers, rounds=3, samples=2, min_sample=0.01, rest=0.0)
+    got = cuda_peers.interleaved(timers, rounds=3, samples=2, min_sample=0.01, rest=0.0)
     for name, (samples, reps) in got.items():
         assert len(samples) == 6 and samples == pytest.approx([timers[name].cost] * 6)
         assert reps * timers[name].cost >= 0.01

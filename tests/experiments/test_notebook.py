@@ -42,3 +42,20 @@ def test_fusion_notebook_executes_on_the_kept_table(tmp_path: Path) -> None:
     )
     assert "workloads from fusion.csv" in outputs
     assert "largest fusion gain here:" in outputs
+
+
+def test_dynamic_shapes_notebook_executes_on_the_kept_results(tmp_path: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("matplotlib")
+    nb = nbformat.read(ROOT / "experiments" / "dynamic_shapes.ipynb", as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
+    client.execute()
+    outputs = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
+    assert "distinct lengths" in outputs
+    assert "generic: transition" in outputs and "the bar" in outputs
+    assert "plotted: specialize, generic, bucket" in outputs
