@@ -32,6 +32,7 @@ from tuner.schedule.schedule import AxisRef
 from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
+from tuner.te.expr import Const
 
 from ._epilogue import Epilogue
 from ._target import resolve
@@ -386,7 +387,8 @@ def output_stage(
     output features, or its row with ``channel_axis=-2`` (a 1 x 1 convolution
     as ``W[K, C] @ X[C, H*W]``); a ``@f`` input has ``C``'s shape.
     """
-    shape = C.shape_ints
+    # ints, or symbolic extents for a generic kernel
+    shape: tuple[Any, ...] = tuple(int(d.value) if isinstance(d, Const) else d for d in C.shape)
     extras = epilogue.placeholders(shape[channel_axis], shape, C.dtype)
     Y = te.compute(shape, lambda *i: epilogue.apply(C[i], i[channel_axis], i, extras), name="Y")
     return extras, Y
@@ -431,4 +433,6 @@ def blocked_output(
         s[Y].reorder(*outer, jo, io, ii, jb, jv)
     s[Y].vectorize(jv)
     s[C].compute_at(s[Y], jb if panel else io)
-    return [*outer, jo], nr if panel else min(nc, Y.shape_ints[-1]), io
+    width = Y.shape[-1]  # a symbolic width (a generic kernel's) gets whole NC blocks
+    piece = min(nc, int(width.value)) if isinstance(width, Const) else nc
+    return [*outer, jo], nr if panel else piece, io

@@ -64,7 +64,18 @@ def matmul_case(draw):  # type: ignore[no-untyped-def]
     m, n, k = extent(draw, "M"), extent(draw, "N"), extent(draw, "K")
     inputs, C, ref = matmul(m, n, k)
     s = te.create_schedule(C)
-    random_loops(draw, s, C)
+    if draw(st.booleans()):  # B packed into a buffer the size of a symbolic region
+        B = inputs[1]
+        BB = s.cache_read(B, "global", [C])
+        bk, bj = s[BB].op.axis
+        if draw(st.booleans()):
+            bjo, bji = s[BB].split(bj, factor=draw(st.integers(1, 5)))
+            s[BB].reorder(bjo, bk, bji)
+        random_loops(draw, s, C)
+        if draw(st.booleans()):
+            s[BB].compute_at(s[C], draw(st.sampled_from(s[C].leaf_axes)))
+    else:
+        random_loops(draw, s, C)
     if draw(st.booleans()):
         CL = s.cache_write(C, "local")
         s[CL].compute_at(s[C], draw(st.sampled_from(s[C].leaf_axes)))

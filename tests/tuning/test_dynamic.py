@@ -111,3 +111,16 @@ def test_bucket_sizes() -> None:
     assert buckets_for(te.var("n", max=100)) == [1, 2, 4, 8, 16, 32, 64, 100]
     assert buckets_for(te.var("n", min=5, max=64)) == [8, 16, 32, 64]
     assert buckets_for(te.var("n"), [48, 16, 16]) == [16, 48]
+
+
+@pytest.mark.parametrize("mode", ["generic", "bucket"])
+def test_matmul_with_a_fused_epilogue_over_symbolic_rows(mode: str) -> None:
+    """A bias per column and a residual of the output's shape: the residual pads with the rows."""
+    f = tuner.build_op(
+        "matmul", M=te.var("M", max=80), N=24, K=16, epilogue="add@c;add@f;relu", dynamic=mode
+    )
+    for m in (1, 7, 80):
+        a, b = RNG.random((m, 16), dtype=np.float32), RNG.random((16, 24), dtype=np.float32)
+        bias, res = RNG.random(24, dtype=np.float32) - 0.5, RNG.random((m, 24), dtype=np.float32)
+        want = np.maximum(a @ b + bias + res - 2.0, 0.0)
+        np.testing.assert_allclose(f(a, b, bias, res - 2.0), want, rtol=1e-4, atol=1e-5)
