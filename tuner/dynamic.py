@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from records import Record
+
 from .codegen.backend import bind_symbols, check_output
 from .compile import BestRecords, OpKernel, RecordChoiceWarning, build_task, records_in_scope
 from .lower.extent import evaluate, normal
@@ -115,6 +117,8 @@ class DynamicOpKernel:
             raise ValueError(f"{op}: no argument is a symbol (te.var); nothing is dynamic")
         self._args = dict(args)
         self.at = self._representative(at or {})
+        #: The record a generic kernel's config came from (None: the default schedule).
+        self.record: Record | None = None
         # The symbolic definition: where each input's dimensions come from.
         self.config = self._generic_config() if mode == "generic" else None
         cfg = self.config or self._task(self.at).default_config()
@@ -160,11 +164,13 @@ class DynamicOpKernel:
         the default (as ``build_task`` chooses for a constant shape)."""
         task = self._task(self.at)
         chosen = records_in_scope(self.records)
-        for cfg in self._recorded_configs(task, chosen):
+        for record in self._records(task, chosen):
             try:
-                return task.space.validate(cfg).to_json()
+                config = task.space.validate(record.config).to_json()
             except ConfigError:
                 continue
+            self.record = record
+            return config
         if chosen is not None:
             warnings.warn(
                 f"{self.op}: no record of {task.workload.key} or a shape near it fits; the"
@@ -174,18 +180,16 @@ class DynamicOpKernel:
             )
         return task.space.validate(task.default_config()).to_json()
 
-    def _recorded_configs(
-        self, task: Task, chosen: BestRecords | None
-    ) -> Iterator[Mapping[str, Any]]:
-        """The configs of the records for ``task``'s shape, then for the shapes nearest it."""
+    def _records(self, task: Task, chosen: BestRecords | None) -> Iterator[Record]:
+        """The best record for ``task``'s shape, then those of the shapes nearest it."""
         if chosen is None:
             return
         record = chosen.match(task.workload, self.target).record
         if record is not None:
-            yield record.config
+            yield record
         for _, _source, match in chosen.nearest(task.workload, self.target):
             if match.record is not None:
-                yield match.record.config
+                yield match.record
 
     # -- buckets ----------------------------------------------------------
     def _bucket_sizes(
@@ -263,7 +267,7 @@ class DynamicOpKernel:
         assert self.config is not None
         task = self._task(self.at)
         kernel = _build_symbolic(task, self._sched, self.tensors)
-        return OpKernel(task.workload, kernel, self.config, None)
+        return OpKernel(task.workload, kernel, self.config, self.record)
 
     def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         arrays = [np.ascontiguousarray(a) for a in inputs]

@@ -124,3 +124,23 @@ def test_matmul_with_a_fused_epilogue_over_symbolic_rows(mode: str) -> None:
         bias, res = RNG.random(24, dtype=np.float32) - 0.5, RNG.random((m, 24), dtype=np.float32)
         want = np.maximum(a @ b + bias + res - 2.0, 0.0)
         np.testing.assert_allclose(f(a, b, bias, res - 2.0), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_generic_kernel_takes_the_record_of_its_representative_shape(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from records import LogWriter, Record
+    from tuner.target import Target
+    from tuner.task import Task
+
+    target = Target.from_name("cpu")
+    task = Task.make("softmax", {"M": 16, "N": 16}, target)  # the middle of [1, 256]
+    config = {**task.default_config(), "lanes": 4}
+    with LogWriter(tmp_path / "t.jsonl") as log:
+        log.write(Record.make(task.workload, target, config, samples=(1e-6,), trial=7))
+    with tuner.apply_best(tmp_path / "t.jsonl"):
+        f = tuner.build_op(
+            "softmax", M=te.var("M", max=256), N=te.var("N", max=256), dynamic="generic"
+        )
+    assert f.config["lanes"] == 4 and f.record is not None and f.record.trial == 7
+    x = (RNG.random((5, 200)) * 8 - 4).astype(np.float32)
+    np.testing.assert_allclose(f(x), softmax_ref(x), rtol=1e-5, atol=1e-6)
+    assert f.kernel_for(f.values([x])).record is f.record
