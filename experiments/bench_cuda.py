@@ -97,7 +97,7 @@ FULL = [
     Workload("layer_norm 8192x4096", "layer_norm", {"M": 8192, "N": 4096}),
 ]
 SMOKE = [
-    Workload("matmul 32^3", "matmul", {"M": 32, "N": 32, "K": 32}),
+    Workload("matmul 16^3", "matmul", {"M": 16, "N": 16, "K": 16}),
     Workload(
         "conv2d 3x3 N=1 C=K=4 6x6",
         "conv2d",

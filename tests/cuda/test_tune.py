@@ -53,7 +53,7 @@ def test_a_failed_launch_is_reported_and_asks_for_a_fresh_runner(gpu, monkeypatc
 @pytest.mark.slow
 def test_tune_writes_a_log_whose_best_builds_for_cuda(gpu, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "cuda.jsonl"
-    argv = ["tune", "matmul", "M=32", "N=32", "K=32", "--target", "cuda", "--trials", "4"]
+    argv = ["tune", "matmul", "M=16", "N=16", "K=16", "--target", "cuda", "--trials", "4"]
     assert main([*argv, "--log", str(log), "--retime", "0", "--no-baseline"]) == 0, (
         capsys.readouterr().err
     )
@@ -61,9 +61,9 @@ def test_tune_writes_a_log_whose_best_builds_for_cuda(gpu, tmp_path, capsys) -> 
     assert len(records) == 4 and all(r.target.kind == "cuda" for r in records)
     assert any(r.ok for r in records), [r.error_msg for r in records]
     with apply_best(log) as best:
-        f = build_op("matmul", target=gpu, records=best, M=32, N=32, K=32)
+        f = build_op("matmul", target=gpu, records=best, M=16, N=16, K=16)
     assert f.record is not None and f.kernel.target.kind == "cuda"
     assert "@cuda.jit" in f.source
     rng = np.random.default_rng(0)
-    a, b = (rng.random((32, 32), dtype=np.float32) for _ in range(2))
+    a, b = (rng.random((16, 16), dtype=np.float32) for _ in range(2))
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-5)

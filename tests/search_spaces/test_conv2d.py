@@ -144,7 +144,7 @@ def test_random_configs_match_numpy_on_awkward_shapes(p: Conv2d, seed: int) -> N
 
 @pytest.mark.slow
 @given(workloads(), st.integers(0, 2**32 - 1))
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_many_random_configs_match_numpy(p: Conv2d, seed: int) -> None:
     check(cv.config_space(p, target=AVX2).sample(np.random.default_rng(seed + 1)), p)
 

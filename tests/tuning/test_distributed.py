@@ -255,6 +255,19 @@ def _claims_of(storage: str, pid: int) -> list[Any]:
     ]
 
 
+def _frozen_holding_a_claim(proc: Any, storage: str) -> bool:
+    """Stop ``proc``; leave it stopped if it holds a claim, else let it go on.
+
+    Reading its claims while it runs races with it: it may finish the trial
+    between the read and a kill, and then no claim is left to release.
+    """
+    proc.send_signal(signal.SIGSTOP)
+    if _claims_of(storage, proc.pid):
+        return True
+    proc.send_signal(signal.SIGCONT)
+    return False
+
+
 @pytest.mark.slow
 def test_a_killed_workers_claims_are_released_and_the_other_finishes(
     pg_url: str, tmp_path: Path
@@ -264,8 +277,8 @@ def test_a_killed_workers_claims_are_released_and_the_other_finishes(
     b = start_worker(tmp_path / "b.jsonl", *flags)
     try:
         wait_for(lambda: lines(tmp_path / "b.jsonl") >= 1, 180, "b's first measurement")
-        wait_for(lambda: bool(_claims_of(pg_url, b.pid)), 60, "b to hold a claim")
-        b.send_signal(signal.SIGKILL)
+        wait_for(lambda: _frozen_holding_a_claim(b, pg_url), 60, "b to hold a claim")
+        b.send_signal(signal.SIGKILL)  # frozen while it holds one: the claim is orphaned
         b.wait(timeout=10)
         _finish(a)
     finally:

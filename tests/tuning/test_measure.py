@@ -22,8 +22,16 @@ def cand(op: str, split: int = 2) -> Candidate:
 
 @pytest.fixture(scope="module")
 def measurer():  # type: ignore[no-untyped-def]
+    # t_hang hangs in its reference, which the runner computes before it says
+    # "loaded", so the build timeout bounds it: the default (120 s) made this
+    # test wait two minutes for nothing.
     opts = MeasureOptions(
-        jobs=2, run_timeout=5.0, samples=3, min_sample_seconds=0.001, plugins=PLUGIN
+        jobs=2,
+        build_timeout=20.0,
+        run_timeout=5.0,
+        samples=3,
+        min_sample_seconds=0.001,
+        plugins=PLUGIN,
     )
     with Measurer(opts) as m:
         yield m
