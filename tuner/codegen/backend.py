@@ -106,6 +106,9 @@ class Kernel(abc.ABC):
     target: Target
     #: True when the machine code was loaded from a disk cache, not compiled.
     from_cache: bool
+    #: True when this build compiled the kernel into the disk cache (neither this
+    #: process nor the cache had it): another process can now load it from there.
+    wrote_cache: bool
 
     @property
     def args(self) -> tuple[Any, ...]:

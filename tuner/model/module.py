@@ -31,6 +31,7 @@ from ..graph.ir import GraphError, Value
 from ..target import Target
 from .lowered import Lowered, cache_key, external_files
 from .plan import Interval, assign_offsets, lifetimes
+from .prebuild import prebuild
 from .tasks import KernelSpec
 
 __all__ = ["ModelInputError", "Module", "compile_model"]
@@ -415,10 +416,13 @@ def _build_all(
     built: dict[str, Any] = {}
     untuned: list[str] = []
     notes: list[str] = []
+    distinct = list({s.task.key: s.task for s in specs}.values())
     for spec in specs:
         key = spec.task.key
         if key in built:
             continue
+        if len(built) == 1 and _cold(next(iter(built.values()))):
+            prebuild(distinct[1:], records)  # the rest into the kernel cache, one process per core
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             built[key] = build_task(spec.task, records)
@@ -426,6 +430,11 @@ def _build_all(
             untuned.append(spec.ops)
         notes.extend(str(w.message) for w in caught if issubclass(w.category, RecordChoiceWarning))
     return [built[s.task.key] for s in specs], untuned, notes
+
+
+def _cold(kernel: Any) -> bool:
+    """Whether ``kernel`` was compiled into the disk cache (which workers can fill too)."""
+    return bool(getattr(kernel.kernel, "wrote_cache", False))
 
 
 def _check_args(spec: KernelSpec, kernel: Any, values: Sequence[Value]) -> None:

@@ -73,6 +73,7 @@ class CpuKernel(Kernel):
         self.from_cache = bool(stats) and all(
             sum(s.cache_hits.values()) and not sum(s.cache_misses.values()) for s in stats
         )
+        self.wrote_cache = not self.from_cache  # (reset where the module was already imported)
 
     @property
     def lowered(self) -> LoweredFunc:
@@ -221,7 +222,9 @@ class NumbaCpuBackend(Backend):
         ).hexdigest()[:20]
         name = f"k_{key}"
         if name in sys.modules:
-            return CpuKernel(func, source, sys.modules[name], target)
+            kernel = CpuKernel(func, source, sys.modules[name], target)
+            kernel.wrote_cache = False
+            return kernel
         path = write_module(name, source)
         return CpuKernel(func, source, _import(path, name, source, vec), target)
 
@@ -256,11 +259,14 @@ class NumbaCpuBackend(Backend):
             return None
         source = path.read_text() if path.exists() else ""
         vec = "slp" if "# vectorizer=slp " in source else "loop"  # as the header says
-        module = sys.modules.get(name) or _import(path, name, source, vec)
+        imported = sys.modules.get(name)
+        module = imported or _import(path, name, source, vec)
         args = tuple(
             Buffer(str(n), tuple(int(d) for d in shape), str(dtype), Scope(scope), is_arg=True)
             for n, shape, dtype, scope in entry["args"]
         )
         signature = LoweredFunc(func_name, args, Seq(()))
         written = [int(k) for k in entry["written"]]
-        return CpuKernel(signature, source, module, target, written, relower)
+        kernel = CpuKernel(signature, source, module, target, written, relower)
+        kernel.wrote_cache = kernel.wrote_cache and imported is None
+        return kernel

@@ -90,6 +90,7 @@ class CudaKernel(Kernel):
         self.source = source
         self.target = target
         self.from_cache = False
+        self.wrote_cache = False  # no disk cache for GPU kernels
         self.program = program
         self.module_name = module.__name__
         self._entry = getattr(module, func.name)
