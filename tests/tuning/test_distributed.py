@@ -291,12 +291,19 @@ def test_a_killed_workers_claims_are_released_and_the_other_finishes(
     released = [t for t in study.trials if f":{b.pid}:" in str(t.user_attrs.get("released"))]
     assert released and all(t.state.name == "FAIL" for t in released)
     assert not any(t.state.name == "RUNNING" for t in study.trials)
+    # b may have been frozen between writing a measurement to its log and telling
+    # the study (the log comes first: a measurement is never lost). That config's
+    # claim was released; it is in b's log, and a may have measured it again.
+    lost_tell = {TASK.space.from_indices(t.params).key for t in released}
     ka, kb = _keys(tmp_path / "a.jsonl"), _keys(tmp_path / "b.jsonl")
-    assert len(set(ka + kb)) == len(ka + kb), "no config measured twice"
-    assert len(ka + kb) >= 10
+    twice = {k for k in ka + kb if (ka + kb).count(k) > 1}
+    assert twice <= lost_tell, "no config measured twice, but for one b had not told"
+    assert len(set(ka + kb)) >= 10
     merged = tmp_path / "merged.jsonl"
     merge(merged, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
-    assert set(_keys(merged)) == _measured_in_study(pg_url), "the merged log has every measurement"
+    in_log, in_study = set(_keys(merged)), _measured_in_study(pg_url)
+    assert in_study <= in_log, "the merged log has every measurement"
+    assert in_log - in_study <= lost_tell & set(kb), "and nothing else but b's untold ones"
 
 
 @pytest.mark.slow
