@@ -69,6 +69,11 @@ def _constant_at_most(extent: te.Expr, n: int) -> bool:
 @st.composite
 def matmul_case(draw):  # type: ignore[no-untyped-def]
     m, n, k = draw(EXTENTS), draw(EXTENTS), draw(EXTENTS)
+    return matmul_schedule(draw, m, n, k)
+
+
+def matmul_schedule(draw, m, n, k):  # type: ignore[no-untyped-def]
+    """C = A @ B of (m, n, k) under random loops, B maybe packed, C maybe cached locally."""
     inputs, C, ref = matmul(m, n, k)
     s = te.create_schedule(C)
     if draw(st.booleans()):

@@ -17,9 +17,9 @@ import tuner
 from tuner import te
 from tuner.schedule import ScheduleError
 
-from .ops import chain, conv2d, matmul, row_max
+from .ops import chain, conv2d, row_max
 from .test_compute_at_chain import softmax
-from .test_random_schedules import place_padding, random_loops
+from .test_random_schedules import matmul_schedule, place_padding, random_loops
 
 SETTINGS = settings(
     max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
@@ -61,25 +61,7 @@ def calls(draw, kernel, inputs, out, ref, **kw):  # type: ignore[no-untyped-def]
 
 @st.composite
 def matmul_case(draw):  # type: ignore[no-untyped-def]
-    m, n, k = extent(draw, "M"), extent(draw, "N"), extent(draw, "K")
-    inputs, C, ref = matmul(m, n, k)
-    s = te.create_schedule(C)
-    if draw(st.booleans()):  # B packed into a buffer the size of a symbolic region
-        B = inputs[1]
-        BB = s.cache_read(B, "global", [C])
-        bk, bj = s[BB].op.axis
-        if draw(st.booleans()):
-            bjo, bji = s[BB].split(bj, factor=draw(st.integers(1, 5)))
-            s[BB].reorder(bjo, bk, bji)
-        random_loops(draw, s, C)
-        if draw(st.booleans()):
-            s[BB].compute_at(s[C], draw(st.sampled_from(s[C].leaf_axes)))
-    else:
-        random_loops(draw, s, C)
-    if draw(st.booleans()):
-        CL = s.cache_write(C, "local")
-        s[CL].compute_at(s[C], draw(st.sampled_from(s[C].leaf_axes)))
-    return inputs, C, ref, s
+    return matmul_schedule(draw, extent(draw, "M"), extent(draw, "N"), extent(draw, "K"))
 
 
 @given(matmul_case(), st.data())
