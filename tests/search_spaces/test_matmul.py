@@ -303,3 +303,36 @@ def test_few_columns_over_many_rows_run_row_blocks_on_the_thread_pool(epilogue: 
     out = np.full(tensors[-1].shape_ints, 7, np.float32)
     kern(*inputs, out)
     np.testing.assert_allclose(out, op.reference(*inputs, **args), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "whole"),
+    [
+        (1024, 196, 64, True),
+        (250, 197, 41, True),
+        (260, 196, 40, False),
+        (128, 196, 64, False),
+        (512, 784, 32, False),
+    ],
+)
+def test_a_few_hundred_columns_over_many_rows_take_128_row_blocks(
+    m: int, n: int, k: int, whole: bool
+) -> None:
+    """Where column blocks would be one panel wide (a 14 x 14 image's pointwise product),
+    row blocks of 4 x 3-vector tiles run in parallel over all the columns, and compute
+    the same product; one row block, or columns past 256, keep column blocks."""
+    from tuner.target import Target
+
+    op = get_operator("matmul")
+    two = Target.make("cpu", vector_lanes=8, vector_registers=16, threads=2)
+    args = op.parse_args({"M": m, "N": n, "K": k, "channels": "rows", "epilogue": "add@c;relu"})
+    cfg = op.space(args, two).validate(op.default_config(args, two))
+    taken = (cfg["parallel_at"], cfg["mr"], cfg["nr"], cfg["mc_tiles"])
+    assert (taken == ("rows", 4, 24, 32)) is whole
+    if whole:
+        assert cfg["nc_tiles"] * cfg["nr"] >= n
+    s, tensors = op.schedule(cfg, args, two)
+    inputs = op.make_inputs(args, seed=2, target=two)
+    out = np.full(tensors[-1].shape_ints, 7, np.float32)
+    tuner.build(s, tensors, target=two)(*inputs, out)
+    np.testing.assert_allclose(out, op.reference(*inputs, **args), rtol=1e-4, atol=1e-5)
