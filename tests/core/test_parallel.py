@@ -173,3 +173,26 @@ def test_parallel_for_from_two_threads_at_once() -> None:
     for w in workers:
         w.join()
     assert totals == {0: 350, 1: 350}
+
+
+def test_the_caller_runs_the_chunks_no_worker_took() -> None:
+    """A worker that does not wake in time costs a serial call, not a wait for it."""
+    import threading
+
+    from tuner.codegen.cpu import threads
+
+    pool = threads._Pool(2, start=False)  # workers that never wake
+    ran: list[tuple[int, int, int]] = []
+    body = lambda lo, hi: ran.append((lo, hi, threading.get_ident()))  # noqa: E731
+    for n in [3, 10]:
+        ran.clear()
+        pool.run(body, threads.chunks(n, 3), ())
+        assert sorted(r[:2] for r in ran) == threads.chunks(n, 3)
+        assert {r[2] for r in ran} == {threading.get_ident()}
+    with pytest.raises(ValueError, match=r"chunk [36]"):  # chunks at 3 and 6 fail
+        pool.run(lambda lo, hi: _fail_from(lo, 2), threads.chunks(9, 3), ())
+
+
+def _fail_from(lo: int, first: int) -> None:
+    if lo >= first:
+        raise ValueError(f"chunk {lo}")

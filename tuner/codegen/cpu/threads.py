@@ -7,21 +7,29 @@ runs them on a pool of Python threads, the calling thread taking the first.
 Compiling that way costs what a serial kernel costs: Numba's parfors passes
 took 5 to 8 s more per parallel candidate, most of a tuning run's time.
 
-The pool's threads wait for work by polling, outside the GIL, for about a
-millisecond before they sleep, and the caller polls for their results the
+The pool's threads wait for work by polling, outside the GIL, for a few
+milliseconds before they sleep, and the caller polls for their results the
 same way: what OpenMP's runtime (behind ``prange``) does. With a plain
 thread pool, whose idle threads sleep at once, waking the second core cost
 every call: dense 128 x 768 x 3072 + relu on two threads took 5.3 ms against
 4.7 ms for the same code launched from a ``prange`` (the machine's cores are
 virtual; an idle one is handed back to the host).
 
-The thread count is Numba's (``numba.set_num_threads``, ``NUMBA_NUM_THREADS``),
-so the same knobs govern both ways of running a parallel loop.
+A chunk no worker has taken when the caller is done with its own is run by
+the caller: a worker that is slow to wake costs a serial call, not a wait
+for the wake-up. On this machine waking a sleeping thread took about a
+millisecond; with polls that ran out sooner than that (2^21 of them, 0.7 ms
+here) a worker and a caller that had once slept kept making each other
+sleep: a 0.2 ms product (64 x 196 x 384 + bias) took 0.9 to 1.0 ms a call
+in blocks of 20 calls after a pause. Polls are counted in time now (see
+:func:`spins_for`), and that product takes 0.2 ms a call from the second
+call of a block.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +40,10 @@ from .runtime import load_acquire
 
 __all__ = ["chunks", "parallel_for"]
 
-#: Polls (atomic loads) before a waiting thread blocks: 1.4 ms here.
-SPINS = 1 << 21
+#: How long a worker polls for the next task, and a caller for the chunks workers took,
+#: before blocking: longer than a sleeping thread takes to wake (about 1 ms here).
+WORKER_POLL_S = 3e-3
+CALLER_POLL_S = 20e-3
 
 
 def chunks(n: int, parts: int) -> list[tuple[int, int]]:
@@ -71,65 +81,101 @@ def _spin_until_all(cells: np.ndarray, value: int, spins: int) -> bool:  # pragm
     return False
 
 
-class _Pool:
-    """Worker threads that run one chunk each of the current task, then wait for the next."""
+def spins_for(seconds: float) -> int:
+    """Polls of ``cell[0]`` that take about ``seconds`` on this machine (measured once)."""
+    global _POLLS_PER_S
+    if _POLLS_PER_S is None:
+        cell, n = np.zeros(1, np.int64), 1 << 18
+        _spin_until_changed(cell, 0, 1)  # compiled (or loaded) before it is timed
+        started = time.perf_counter()
+        _spin_until_changed(cell, 0, n)
+        _POLLS_PER_S = n / max(time.perf_counter() - started, 1e-6)
+    return max(1, int(seconds * _POLLS_PER_S))
 
-    def __init__(self, workers: int):
+
+_POLLS_PER_S: float | None = None
+
+#: One call's work: its generation, body, chunks, arguments, and the chunks not yet taken.
+_Task = tuple[int, Callable[..., None], list[tuple[int, int]], tuple[Any, ...], list[int]]
+
+
+class _Pool:
+    """Worker threads that take chunks of the current task, then wait for the next.
+
+    The caller runs the first chunk, then any chunk no worker has taken yet,
+    then waits for the ones workers took. Chunks are taken by ``list.pop``,
+    atomic under the GIL; ``done[i]`` is the generation chunk ``i`` last
+    finished in, polled outside the GIL.
+    """
+
+    def __init__(self, workers: int, start: bool = True):
         self.workers = workers
         self.generation = np.zeros(1, np.int64)  # bumped for each task
-        self.finished = np.zeros(workers, np.int64)  # the generation each worker last finished
-        self.task: tuple[Callable[..., None], list[tuple[int, int]], tuple[Any, ...]] | None = None
-        self.errors: list[BaseException | None] = [None] * workers
+        self.done = np.zeros(workers + 1, np.int64)
+        self.task: _Task | None = None
+        self.errors: list[BaseException] = []
         self.wake = threading.Condition()  # for workers that stopped polling
-        self.done = threading.Condition()  # for a caller that stopped polling
+        self.finished = threading.Condition()  # for a caller that stopped polling
         self.lock = threading.Lock()  # one task at a time
-        for w in range(workers):
-            threading.Thread(
-                target=self._work, args=(w,), name=f"tuner-kernel-{w}", daemon=True
-            ).start()
+        self.worker_spins = spins_for(WORKER_POLL_S)
+        self.caller_spins = spins_for(CALLER_POLL_S)
+        for w in range(workers if start else 0):  # not started: workers that never wake
+            threading.Thread(target=self._work, name=f"tuner-kernel-{w}", daemon=True).start()
 
-    def _work(self, w: int) -> None:
+    def _work(self) -> None:
         seen = 0
         while True:
-            if not _spin_until_changed(self.generation, seen, SPINS):
+            if not _spin_until_changed(self.generation, seen, self.worker_spins):
                 with self.wake:
                     while int(self.generation[0]) == seen:
                         self.wake.wait()
             seen = int(self.generation[0])
-            assert self.task is not None
-            body, parts, args = self.task
-            if w + 1 < len(parts):
-                lo, hi = parts[w + 1]
-                try:
-                    body(lo, hi, *args)
-                except BaseException as exc:  # handed to the caller, which re-raises it
-                    self.errors[w] = exc
-            with self.done:
-                self.finished[w] = seen
-                self.done.notify()
+            task = self.task  # set before the generation: this one's, or a newer one
+            if task is not None and task[0] == seen:
+                self._take(task)
+
+    def _take(self, task: _Task) -> None:
+        """Run chunks of ``task`` that nobody has taken, until none is left."""
+        generation, body, parts, args, todo = task
+        while True:
+            try:
+                i = todo.pop()
+            except IndexError:
+                return
+            lo, hi = parts[i]
+            try:
+                body(lo, hi, *args)
+            except BaseException as exc:  # handed to the caller, which re-raises it
+                self.errors.append(exc)
+            self.done[i] = generation
+            if i:  # a worker's chunk: a caller that stopped polling waits for it
+                with self.finished:
+                    self.finished.notify()
 
     def run(self, body: Callable[..., None], parts: list[tuple[int, int]], args: Any) -> None:
         with self.lock:
-            self.task = (body, parts, args)
+            g = int(self.generation[0]) + 1
+            self.errors = []
+            task: _Task = (g, body, parts, args, list(range(len(parts) - 1, 0, -1)))
+            self.task = task
             with self.wake:
-                self.generation[0] += 1
+                self.generation[0] = g
                 self.wake.notify_all()
-            g = int(self.generation[0])
             error: BaseException | None = None
             try:
                 body(parts[0][0], parts[0][1], *args)
             except BaseException as exc:
                 error = exc
-            if not _spin_until_all(self.finished, g, SPINS):
-                with self.done:
-                    self.done.wait_for(lambda: bool((self.finished == g).all()))
-            errors = [e for e in self.errors if e is not None]
-            self.errors = [None] * self.workers
+            self._take(task)  # what no worker has taken yet
+            cells = self.done[1 : len(parts)]
+            if not _spin_until_all(cells, g, self.caller_spins):
+                with self.finished:
+                    self.finished.wait_for(lambda: bool((cells == g).all()))
             self.task = None
             if error is not None:
                 raise error
-            if errors:
-                raise errors[0]
+            if self.errors:
+                raise self.errors[0]
 
 
 _POOL: _Pool | None = None
