@@ -28,6 +28,7 @@ call of a block.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -113,6 +114,7 @@ class _Pool:
         self.generation = np.zeros(1, np.int64)  # bumped for each task
         self.done = np.zeros(workers + 1, np.int64)
         self.task: _Task | None = None
+        self.sleeping = 0  # workers blocked on ``wake``
         self.errors: list[BaseException] = []
         self.wake = threading.Condition()  # for workers that stopped polling
         self.finished = threading.Condition()  # for a caller that stopped polling
@@ -127,8 +129,10 @@ class _Pool:
         while True:
             if not _spin_until_changed(self.generation, seen, self.worker_spins):
                 with self.wake:
+                    self.sleeping += 1  # before the check: a caller that bumps after it notifies
                     while int(self.generation[0]) == seen:
                         self.wake.wait()
+                    self.sleeping -= 1
             seen = int(self.generation[0])
             task = self.task  # set before the generation: this one's, or a newer one
             if task is not None and task[0] == seen:
@@ -158,9 +162,10 @@ class _Pool:
             self.errors = []
             task: _Task = (g, body, parts, args, list(range(len(parts) - 1, 0, -1)))
             self.task = task
-            with self.wake:
-                self.generation[0] = g
-                self.wake.notify_all()
+            self.generation[0] = g
+            if self.sleeping:  # read after the bump (see _work)
+                with self.wake:
+                    self.wake.notify_all()
             error: BaseException | None = None
             try:
                 body(parts[0][0], parts[0][1], *args)
@@ -193,8 +198,16 @@ def _pool(workers: int) -> _Pool:
 
 def parallel_for(body: Callable[..., None], n: int, *args: Any) -> None:
     """``body(lo, hi, *args)`` over ``[0, n)``, one chunk per thread; returns when all are done."""
-    parts = chunks(n, numba.get_num_threads())
+    parts = _chunks(n, numba.get_num_threads())
     if len(parts) == 1:
         body(0, n, *args)
         return
-    _pool(len(parts) - 1).run(body, parts, args)
+    pool = _POOL
+    if pool is None or pool.workers < len(parts) - 1:
+        pool = _pool(len(parts) - 1)
+    pool.run(body, parts, args)
+
+
+@functools.lru_cache(maxsize=1024)
+def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
+    return chunks(n, parts)  # a kernel's loop and thread count repeat call after call
