@@ -311,9 +311,10 @@ def _parallel_rows(
     threads = target.threads or int(target.get("cores", 1))
     if threads < 2 or cfg.get("pack_a"):
         return {}
-    whole = _row_blocks_over_narrow_columns(M, N, cfg, target, threads)
-    if whole and dtype == "float32":  # measured for float32 only
-        return whole
+    if dtype == "float32":  # measured for float32 only
+        whole = _row_blocks_over_narrow_columns(M, N, cfg, target, threads)
+        if whole:
+            return whole
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
     cover = -(-N // nr)  # column panels: one block of them all
     if cover * nr > 256 or int(cfg["kc"]) < K:

@@ -152,7 +152,7 @@ class _Pool:
             except BaseException as exc:  # handed to the caller, which re-raises it
                 self.errors.append(exc)
             self.done[i] = generation
-            if i:  # a worker's chunk: a caller that stopped polling waits for it
+            if i:  # past the first: a caller that stopped polling may wait for it
                 with self.finished:
                     self.finished.notify()
 
@@ -190,6 +190,9 @@ _POOL_LOCK = threading.Lock()
 def _pool(workers: int) -> _Pool:
     """The process's pool, grown (a new one) when more workers are wanted than it has."""
     global _POOL
+    pool = _POOL  # the usual case, without the lock: a pool large enough exists
+    if pool is not None and pool.workers >= workers:
+        return pool
     with _POOL_LOCK:
         if _POOL is None or workers > _POOL.workers:
             _POOL = _Pool(workers)  # an outgrown pool's threads sleep on, unused
@@ -202,12 +205,8 @@ def parallel_for(body: Callable[..., None], n: int, *args: Any) -> None:
     if len(parts) == 1:
         body(0, n, *args)
         return
-    pool = _POOL
-    if pool is None or pool.workers < len(parts) - 1:
-        pool = _pool(len(parts) - 1)
-    pool.run(body, parts, args)
+    _pool(len(parts) - 1).run(body, parts, args)
 
 
-@functools.lru_cache(maxsize=1024)
-def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
-    return chunks(n, parts)  # a kernel's loop and thread count repeat call after call
+#: ``chunks`` for ``parallel_for``: a kernel's loop and thread count repeat call after call.
+_chunks = functools.lru_cache(maxsize=1024)(chunks)
