@@ -188,3 +188,25 @@ def test_a_register_tiled_stage_computed_at_a_loop_gets_its_region(threads: bool
     y = np.full((11, 13), np.nan, np.float32)
     tuner.build(s, [A, B, Y])(a, b, y)
     np.testing.assert_allclose(y, a @ b + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_a_block_index_divided_back_covers_one_block() -> None:
+    """C reads P[c // 4, c % 4] with c split by 4: P computed at the block loop is one block.
+
+    The inner loop's range proves ``(4*co + ci) // 4 == co``; without it the whole of
+    P (every block) was computed at each block.
+    """
+    A = te.placeholder((12, 5), "float32", name="A")
+    P = te.compute((3, 5, 4), lambda b, h, ci: A[b * 4 + ci, h] * 3, name="P")
+    C = te.compute((12, 5), lambda c, h: P[c // 4, h, c % 4] + 1, name="C")
+    s = te.create_schedule(C)
+    c, h = s[C].op.axis
+    co, ci = s[C].split(c, factor=4)
+    s[C].reorder(co, h, ci)
+    s[P].compute_at(s[C], co)
+    f = tuner.build(s, [A, C])
+    assert "np.empty(20, np.float32)" in f.source or "stack_empty(20," in f.source
+    a = np.random.default_rng(1).standard_normal((12, 5)).astype(np.float32)
+    out = np.full((12, 5), np.nan, np.float32)
+    f(a, out)
+    np.testing.assert_allclose(out, a * 3 + 1, rtol=1e-6)

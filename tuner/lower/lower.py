@@ -269,7 +269,9 @@ class _Lowerer:
     ) -> tuple[tuple[Expr, ...], tuple[Ext, ...]]:
         """Bounds inference: the box of ``producer`` that ``exprs`` touch while ``inner`` loops run."""
         shape = self.shapes[producer.source if producer.origin != "compute" else producer.name]
-        r = env.ranges
+        # The inner loops' ranges too: ``(8*co + ci) // 8`` is ``co`` while ``ci`` runs 0..7.
+        r = dict(env.ranges)
+        r.update({name: (0, n - 1) for name, n in inner.items() if isinstance(n, int)})
         bases: list[Expr] = []
         widths: list[Ext] = []
         for d, dim in enumerate(shape):
