@@ -7,6 +7,23 @@ import numpy as np
 from tuner import te
 
 
+def chunked(source: str) -> bool:
+    """Whether a kernel runs its parallel loops as chunks on threads, with no ``prange`` of its own.
+
+    Either launch: Numba's threading layer (``launch(kernel_p0_a, ...)``) or the
+    Python pool (``parallel_for(kernel_p0, ...)``).
+    """
+    body = source.split("from numba import prange")[1]
+    return ("launch(" in body or "parallel_for(" in body) and "prange(" not in body
+
+
+def launches(source: str, call: str) -> bool:
+    """Whether a kernel's entry runs ``call`` (``kernel_p0, 10, A, B``) as chunks on threads."""
+    name, extent, args = call.split(", ", 2)
+    native = f"launch({name}_a, {extent}, numba.get_num_threads(), {args})"
+    return chunked(source) and (native in source or f"parallel_for({call})" in source)
+
+
 def matmul(m: int, n: int, k: int, dtype: str = "float32"):  # type: ignore[no-untyped-def]
     A = te.placeholder((m, k), dtype, name="A")
     B = te.placeholder((k, n), dtype, name="B")

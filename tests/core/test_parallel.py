@@ -15,7 +15,7 @@ from tuner import te
 from tuner.codegen import BuildOptions
 from tuner.codegen.cpu.threads import chunks
 
-from .ops import matmul
+from .ops import launches, matmul
 
 
 @given(st.integers(0, 1000), st.integers(1, 64))
@@ -38,9 +38,11 @@ def _run(s, tensors, ref, options=None):  # type: ignore[no-untyped-def]
     return f
 
 
-@pytest.mark.parametrize("parallel", ["threads", "prange"])
+@pytest.mark.parametrize(
+    ("parallel", "launch"), [("threads", "native"), ("threads", "pool"), ("prange", "auto")]
+)
 @pytest.mark.usefixtures("two_threads")
-def test_outer_parallel_loop_with_per_iteration_scratch(parallel: str) -> None:
+def test_outer_parallel_loop_with_per_iteration_scratch(parallel: str, launch: str) -> None:
     """Each iteration of the parallel loop packs its own panel of B: no two threads share it."""
     (A, B), C, ref = matmul(13, 37, 11)
     s = te.create_schedule(C)
@@ -51,8 +53,14 @@ def test_outer_parallel_loop_with_per_iteration_scratch(parallel: str) -> None:
     BB = s.cache_read(B, "global", [C])
     s[BB].compute_at(s[C], jo)
     s[C].parallel(jo)
-    f = _run(s, [A, B, C], ref, BuildOptions(parallel=parallel))
-    if parallel == "threads":
+    f = _run(s, [A, B, C], ref, BuildOptions(parallel=parallel, launch=launch))
+    if launch == "native":
+        assert (
+            "launch(kernel_p0_a, 5, numba.get_num_threads()," in f.source
+            and "parallel_for(" not in f.source
+        )
+        assert "kernel_p0_a = chunk_address(kernel_p0)" in f.source
+    elif launch == "pool":
         assert "parallel_for(kernel_p0, 5," in f.source and "prange(" not in f.source
     else:
         assert "prange(5)" in f.source and "parallel_for(" not in f.source
@@ -86,8 +94,9 @@ def test_a_short_serial_loop_around_a_parallel_one_runs_in_the_entry() -> None:
     i, j = s[C].op.axis
     s[C].parallel(j)
     f = _run(s, [A, B, C], ref)
-    assert "prange" not in f.source.split("from numba import prange")[1]
-    assert "    for i in range(7):\n        parallel_for(kernel_p0, 10, A, B, C, i)" in f.source
+    assert "    for i in range(7):\n" in f.source and launches(
+        f.source, "kernel_p0, 10, A, B, C, i"
+    )
 
 
 @pytest.mark.usefixtures("two_threads")
@@ -97,7 +106,7 @@ def test_a_serial_loop_of_one_around_a_parallel_one_disappears() -> None:
     i, j = s[C].op.axis
     s[C].parallel(j)
     f = _run(s, [A, B, C], ref)
-    assert "parallel_for(kernel_p0, 10, A, B, C)" in f.source and "for i in" not in f.source
+    assert launches(f.source, "kernel_p0, 10, A, B, C") and "for i in" not in f.source
 
 
 @pytest.mark.usefixtures("two_threads")
@@ -196,3 +205,61 @@ def test_the_caller_runs_the_chunks_no_worker_took() -> None:
 def _fail_from(lo: int, first: int) -> None:
     if lo >= first:
         raise ValueError(f"chunk {lo}")
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_native_launches_from_two_threads_at_once() -> None:
+    """Kernels on Numba's threading layer, called from two Python threads at once, stay exact."""
+    import threading
+
+    from tuner.codegen.cpu.threads import native_layer
+
+    if not native_layer():
+        pytest.skip("no thread-safe Numba threading layer here")
+    (A, B), C, ref = matmul(37, 29, 13)
+    s = te.create_schedule(C)
+    i, _ = s[C].op.axis
+    s[C].parallel(i)
+    f = tuner.build(s, [A, B, C], options=BuildOptions(launch="native"))
+    assert "launch(kernel_p0_a, 37, numba.get_num_threads()," in f.source
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(t.shape_ints).astype(np.float32) for t in (A, B))
+    want = ref(a, b)
+    bad: list[int] = []
+
+    def caller(c: int) -> None:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))  # per thread
+        out = np.empty((37, 29), np.float32)
+        for _ in range(100):
+            out.fill(np.nan)
+            f(a, b, out)
+            if not np.allclose(out, want, rtol=1e-4, atol=1e-4):
+                bad.append(c)
+
+    workers = [threading.Thread(target=caller, args=(c,)) for c in (0, 1)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert bad == []
+
+
+def test_the_launch_follows_the_threading_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user who asks Numba for workqueue (not thread-safe) gets the Python pool."""
+    from numba.core import config as numba_config
+
+    from tuner.codegen.cpu import threads
+
+    threads.native_layer.cache_clear()
+    monkeypatch.setattr(numba_config, "THREADING_LAYER", "workqueue")
+    try:
+        assert threads.native_layer() is False
+        (A, B), C, ref = matmul(9, 10, 5)
+        s = te.create_schedule(C)
+        s[C].parallel(s[C].op.axis[0])
+        f = _run(s, [A, B, C], ref)
+        assert "parallel_for(kernel_p0, 9, A, B, C)" in f.source
+    finally:
+        threads.native_layer.cache_clear()
+    with pytest.raises(ValueError, match="launch must be"):
+        tuner.build(s, [A, B, C], options=BuildOptions(launch="openmp"))

@@ -66,6 +66,9 @@ class BuildOptions:
     #: How top-level parallel loops run on a CPU: "threads" (nogil chunks on a
     #: thread pool, compiled as fast as serial code) or "prange" (Numba's parfors).
     parallel: str = "threads"
+    #: How "threads" chunks start: "native" (Numba's threading layer, OpenMP or
+    #: TBB), "pool" (Python threads) or "auto" (native where a thread-safe layer loads).
+    launch: str = "auto"
     cache: bool = True
 
 
@@ -140,6 +143,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, func: LoweredFunc, target: Target, options: BuildOptions) -> Kernel:
         """A callable kernel for ``func`` (cached on disk where the backend can)."""
+
+    def resolve(self, options: BuildOptions) -> BuildOptions:
+        """``options`` with what this process decides for them filled in (the kernel index's key)."""
+        return options
 
     def describe(self, kernel: Kernel) -> dict[str, Any] | None:
         """What ``restore`` needs to give ``kernel`` back in another process (None: nothing)."""

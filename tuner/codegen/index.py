@@ -59,7 +59,7 @@ def indexed(
     ``relower`` lowers the schedule again, for a restored kernel's ``lowered``.
     """
     backend = get_backend(target)
-    opts = options or BuildOptions()
+    opts = backend.resolve(options or BuildOptions())  # "auto" choices count as made here
     parts = (identity, target.fingerprint, str(target.threads), repr(opts), code_fingerprint())
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
     path = cache_dir() / "index" / f"{key}.json"

@@ -10,6 +10,7 @@ runtime helpers the kernel imports.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import linecache
@@ -36,6 +37,7 @@ from ..backend import (
 )
 from ..numba_source import write_module
 from .source import render
+from .threads import native_layer
 
 __all__ = ["CpuKernel", "NumbaCpuBackend"]
 
@@ -135,6 +137,7 @@ from numba import prange
 from tuner.codegen.cpu.runtime import (
     NoAliasCompiler, carray, erf32, exp32, sigmoid32, sigmoid64, stack_empty, tanh32,
 )
+from tuner.codegen.cpu.launch import chunk_address, launch
 from tuner.codegen.cpu.threads import parallel_for
 
 """
@@ -152,8 +155,20 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
         what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
     )
     return header + render(
-        func, njit_flags=flags, parallel=options.parallel, stage_vectors=vec == "slp"
+        func,
+        njit_flags=flags,
+        parallel=options.parallel,
+        stage_vectors=vec == "slp",
+        launch=_launch(options.launch),
     )
+
+
+def _launch(launch: str) -> str:
+    if launch not in ("auto", "native", "pool"):
+        raise ValueError(f"launch must be 'auto', 'native' or 'pool', not {launch!r}")
+    if launch == "auto":
+        return "native" if native_layer() else "pool"
+    return launch
 
 
 @contextlib.contextmanager
@@ -199,7 +214,9 @@ def _runtime_fingerprint() -> str:
     global _RUNTIME_FINGERPRINT
     if _RUNTIME_FINGERPRINT is None:
         here = Path(__file__).parent
-        text = b"".join((here / name).read_bytes() for name in ("runtime.py", "threads.py"))
+        text = b"".join(
+            (here / name).read_bytes() for name in ("runtime.py", "threads.py", "launch.py")
+        )
         _RUNTIME_FINGERPRINT = hashlib.sha256(text).hexdigest()
     return _RUNTIME_FINGERPRINT
 
@@ -210,6 +227,9 @@ _RUNTIME_FINGERPRINT: str | None = None
 @register_backend("cpu")
 class NumbaCpuBackend(Backend):
     """``numba.njit`` kernels: thread-pool or ``prange`` parallel loops, SIMD through LLVM."""
+
+    def resolve(self, options: BuildOptions) -> BuildOptions:
+        return dataclasses.replace(options, launch=_launch(options.launch))
 
     def source(self, func: LoweredFunc, target: Target, options: BuildOptions) -> str:
         return _module_source(func, _vectorizer(func, options), options)

@@ -276,12 +276,16 @@ def _render_threaded(
     items: list[Stmt | _Repeat],
     allocs: list[Alloc],
     njit_flags: str,
+    launch: str,
 ) -> str:
     """Serial stretches and parallel loops as separate functions, called by a Python entry.
 
     Each top-level parallel loop becomes ``<name>_p<k>(lo, hi, ...)``, a
-    ``nogil`` function over a range of its iterations that
-    ``tuner.codegen.cpu.threads.parallel_for`` runs on threads; the statements
+    ``nogil`` function over a range of its iterations, one chunk per thread.
+    ``launch="native"``: the chunks run on Numba's threading layer (OpenMP or
+    TBB), through ``tuner.codegen.cpu.launch.launch`` and the chunk function's
+    address ``<name>_p<k>_a``. ``launch="pool"`` (no thread-safe layer):
+    ``tuner.codegen.cpu.threads.parallel_for`` runs them on Python threads. The statements
     between them become ``<name>_s<k>(...)``; a ``_Repeat`` is a loop of the
     entry, its variable passed on to the functions inside. Every function has
     a signature, so importing the module compiles them all (or loads them from
@@ -338,6 +342,8 @@ def _render_threaded(
             deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True)"
             head = f"def {name}(lo_, hi_, {params[-1]}):"
         out += [*([deco] if njit_flags else []), head, *lines, ""]
+        if loop is not None and launch == "native" and njit_flags:
+            out += [f"{name}_a = chunk_address({name})", ""]
     calls: list[str] = []
     for line in entry:
         if isinstance(line, str):
@@ -345,11 +351,12 @@ def _render_threaded(
             continue
         depth, k, extent = line
         name = functions[k][0]
-        call = (
-            f"{name}({params[k]})"
-            if extent is None
-            else f"parallel_for({name}, {extent}, {params[k]})"
-        )
+        if extent is None:
+            call = f"{name}({params[k]})"
+        elif launch == "native" and njit_flags:
+            call = f"launch({name}_a, {extent}, numba.get_num_threads(), {params[k]})"
+        else:
+            call = f"parallel_for({name}, {extent}, {params[k]})"
         calls.append("    " * depth + call)
     out.append(f"def {func.name}({', '.join([*(b.name for b in func.args), *symbols])}):")
     out += [
@@ -365,6 +372,7 @@ def render(
     njit_flags: str = "",
     parallel: str = "threads",
     stage_vectors: bool = False,
+    launch: str = "pool",
 ) -> str:
     """The kernel as Python source for Numba.
 
@@ -385,7 +393,7 @@ def render(
         items = _top_level(func.body, allocs, frozenset(v.name for v in func.symbols))
         if items is not None:
             return _render_threaded(
-                NumbaRenderer(func, stage_vectors), func, items, allocs, njit_flags
+                NumbaRenderer(func, stage_vectors), func, items, allocs, njit_flags, launch
             )
     r = NumbaRenderer(func, stage_vectors)
     r.visit(func.body)

@@ -1,11 +1,17 @@
-"""Run the chunks of a parallel loop on threads: what generated kernels call instead of ``prange``.
+"""Run the chunks of a parallel loop on threads: the fallback where Numba has no thread-safe layer.
 
 A kernel's parallel loop is compiled as a plain ``nogil`` Numba function over
-an iteration range ``[lo, hi)``; ``parallel_for`` cuts the loop into one
-contiguous chunk per thread (the static schedule Numba's ``prange`` uses) and
-runs them on a pool of Python threads, the calling thread taking the first.
-Compiling that way costs what a serial kernel costs: Numba's parfors passes
-took 5 to 8 s more per parallel candidate, most of a tuning run's time.
+an iteration range ``[lo, hi)``, cut into one contiguous chunk per thread (the
+static schedule Numba's ``prange`` uses). Compiling that way costs what a
+serial kernel costs: Numba's parfors passes over the whole nest took 5 to 8 s
+more per parallel candidate, most of a tuning run's time.
+
+Where OpenMP or TBB loads (:func:`native_layer`), the chunks are launched by a
+``prange`` over the chunks alone (``launch.launch``): Numba's threads take
+them without the GIL. Elsewhere ``parallel_for`` runs them on a pool of Python
+threads, the calling thread taking the first. A worker needs the GIL to take
+its chunk, and a thread blocked on the GIL wakes as slowly as a sleeping one,
+so the pool gains little below a few hundred microseconds a call.
 
 The pool's threads wait for work by polling, outside the GIL, for a few
 milliseconds before they sleep, and the caller polls for their results the
@@ -39,7 +45,7 @@ import numpy as np
 
 from .runtime import load_acquire
 
-__all__ = ["chunks", "parallel_for"]
+__all__ = ["chunks", "native_layer", "parallel_for"]
 
 #: How long a worker polls for the next task, and a caller for the chunks workers took,
 #: before blocking: longer than a sleeping thread takes to wake (about 1 ms here).
@@ -210,3 +216,32 @@ def parallel_for(body: Callable[..., None], n: int, *args: Any) -> None:
 
 #: ``chunks`` for ``parallel_for``: a kernel's loop and thread count repeat call after call.
 _chunks = functools.lru_cache(maxsize=1024)(chunks)
+
+
+@functools.cache
+def native_layer() -> bool:
+    """Whether kernels launch their chunks on Numba's threading layer rather than this pool.
+
+    True where a thread-safe layer loads (OpenMP or TBB) and the user has not
+    asked Numba for another (``NUMBA_THREADING_LAYER``). Its threads wait outside
+    the GIL: two chunks of a parallel loop cost about 3 us more than one call,
+    against 25 us on this pool, whose workers need the GIL to take a chunk (a
+    thread blocked on the GIL takes as long to wake as a sleeping one). On two
+    cores the pool ran two 50 us chunks in 113 us, slower than one thread; the
+    layer in 33 us.
+    """
+    from numba.core import config as numba_config
+
+    layer = str(getattr(numba_config, "THREADING_LAYER", "default"))
+    if layer not in ("default", "omp", "tbb", "threadsafe"):
+        return False
+    import importlib
+
+    wanted = {"omp": ["omppool"], "tbb": ["tbbpool"]}.get(layer, ["tbbpool", "omppool"])
+    for name in wanted:
+        try:
+            importlib.import_module(f"numba.np.ufunc.{name}")
+        except (ImportError, OSError):
+            continue
+        return True
+    return False
