@@ -291,6 +291,7 @@ def _render_threaded(
     a signature, so importing the module compiles them all (or loads them from
     the cache).
     """
+    native = launch == "native" and bool(njit_flags)  # the launcher calls compiled chunks
     for a in allocs:
         r.buffers[a.buffer.name] = a.buffer
         r.hoist(a.buffer.name, a.buffer.size, a.buffer.dtype)
@@ -342,7 +343,7 @@ def _render_threaded(
             deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True)"
             head = f"def {name}(lo_, hi_, {params[-1]}):"
         out += [*([deco] if njit_flags else []), head, *lines, ""]
-        if loop is not None and launch == "native" and njit_flags:
+        if loop is not None and native:
             out += [f"{name}_a = chunk_address({name})", ""]
     calls: list[str] = []
     for line in entry:
@@ -353,7 +354,7 @@ def _render_threaded(
         name = functions[k][0]
         if extent is None:
             call = f"{name}({params[k]})"
-        elif launch == "native" and njit_flags:
+        elif native:
             call = f"launch({name}_a, {extent}, numba.get_num_threads(), {params[k]})"
         else:
             call = f"parallel_for({name}, {extent}, {params[k]})"
