@@ -5,6 +5,7 @@
     python experiments/models.py mobilenet_v2 out/mobilenet_v2.onnx
     python experiments/models.py encoder out/encoder.onnx --layers 4 --seq 128
     python experiments/models.py encoder tests/models/data/encoder_small.onnx --small --dynamic-batch
+    python experiments/models.py encoder out/encoder_dynamic.onnx --dynamic-batch --dynamic-seq
 
 Three families, each the published architecture with random weights (no
 torchvision, no downloads):
@@ -45,6 +46,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -257,30 +259,37 @@ class SelfAttention(nn.Module):
     """Multi-head self-attention written out: softmax(Q K^T / sqrt(d)) V, heads split by Reshape/Transpose.
 
     The reshapes keep the batch as -1 and everything else literal, so the
-    exported graph has constant Reshape shapes and no Shape arithmetic.
+    exported graph has constant Reshape shapes and no Shape arithmetic. With
+    ``dynamic_seq`` they read the batch and sequence from the input instead
+    (exported as Shape, Gather and Concat), as a model with a symbolic
+    sequence length needs.
     """
 
-    def __init__(self, hidden: int, heads: int):
+    def __init__(self, hidden: int, heads: int, dynamic_seq: bool = False):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
         self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
+        self.dynamic_seq = dynamic_seq
         self.query = nn.Linear(hidden, hidden)
         self.key = nn.Linear(hidden, hidden)
         self.value = nn.Linear(hidden, hidden)
         self.out = nn.Linear(hidden, hidden)
 
-    def _split(self, x: torch.Tensor, seq: int) -> torch.Tensor:
-        return x.reshape(-1, seq, self.heads, self.head_dim).transpose(1, 2)
+    def _split(self, x: torch.Tensor, batch: Any, seq: Any) -> torch.Tensor:
+        return x.reshape(batch, seq, self.heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        seq = int(x.shape[1])  # a Python int: traced as a constant
-        q = self._split(self.query(x), seq)
-        k = self._split(self.key(x), seq)
-        v = self._split(self.value(x), seq)
+        if self.dynamic_seq:  # traced sizes: Shape arithmetic in the export
+            batch, seq = x.shape[0], x.shape[1]
+        else:  # Python ints: traced as constants
+            batch, seq = -1, int(x.shape[1])
+        q = self._split(self.query(x), batch, seq)
+        k = self._split(self.key(x), batch, seq)
+        v = self._split(self.value(x), batch, seq)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
         ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
-        return self.out(ctx.transpose(1, 2).reshape(-1, seq, self.hidden))
+        return self.out(ctx.transpose(1, 2).reshape(batch, seq, self.hidden))
 
 
 class EncoderLayer(nn.Module):
@@ -387,6 +396,7 @@ def build(
     batch: int = 1,
     layers: int | None = None,
     seq: int | None = None,
+    dynamic_seq: bool = False,
 ) -> tuple[nn.Module, torch.Tensor]:
     """The model in eval mode with seeded random weights, and a seeded example input of batch ``batch``.
 
@@ -400,6 +410,9 @@ def build(
     n_seq = seq if seq is not None else (16 if small else 128)
     torch.manual_seed(SEED)
     model = spec.make(small, n_layers)
+    for m in model.modules():
+        if isinstance(m, SelfAttention):
+            m.dynamic_seq = dynamic_seq
     shape = spec.input_shape(small, n_seq)
     gen = torch.Generator().manual_seed(SEED + 2)
     _calibrate(model, torch.randn((max(batch, 4), *shape), generator=gen))
@@ -434,17 +447,19 @@ def check(
     return float(np.max(np.abs(got - want)))
 
 
-def _name_output_dims(path: str, model: nn.Module, x: torch.Tensor, dynamic_batch: bool) -> None:
+def _name_output_dims(
+    path: str, model: nn.Module, x: torch.Tensor, symbols: dict[int, str]
+) -> None:
     """Write the output's true shape into the file (the exporter names dims it cannot follow, such as
-    LayerNormalization's, with made-up symbols); only the batch stays symbolic."""
+    LayerNormalization's, with made-up symbols); only the dimensions in ``symbols`` stay symbolic."""
     import onnx
 
     proto = onnx.load(path)
     with torch.no_grad():
         shape = tuple(model(x).shape)
     for i, dim in enumerate(proto.graph.output[0].type.tensor_type.shape.dim):
-        if i == 0 and dynamic_batch:
-            dim.dim_param = "batch"
+        if i in symbols:
+            dim.dim_param = symbols[i]
         else:
             dim.dim_value = shape[i]
     onnx.checker.check_model(proto, full_check=True)
@@ -461,17 +476,26 @@ def export(
     dynamic_batch: bool = False,
     layers: int | None = None,
     seq: int | None = None,
+    dynamic_seq: bool = False,
 ) -> str:
     """Write model ``name`` as ONNX to ``path`` (checked with onnxruntime) and return the path.
 
     ``name`` is one of :data:`MODELS`, optionally with ``_small`` (same as
     ``small=True``). ``layers`` and ``seq`` apply to the encoder (defaults 4
-    and 128; small: 2 and 16).
+    and 128; small: 2 and 16). ``dynamic_seq`` (the encoder) makes dimension
+    1 of the input and the output the symbol ``seq``.
     """
-    model, x = build(name, small=small, batch=batch, layers=layers, seq=seq)
+    if dynamic_seq and not name.startswith("encoder"):
+        raise ValueError(f"--dynamic-seq applies to the encoder, not {name}")
+    model, x = build(
+        name, small=small, batch=batch, layers=layers, seq=seq, dynamic_seq=dynamic_seq
+    )
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    dynamic_axes = {"input": {0: "batch"}, "output": {0: "batch"}} if dynamic_batch else None
+    symbols = {0: "batch"} if dynamic_batch else {}
+    if dynamic_seq:
+        symbols[1] = "seq"
+    dynamic_axes = {"input": symbols, "output": symbols} if symbols else None
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(
@@ -485,11 +509,13 @@ def export(
             dynamic_axes=dynamic_axes,
             do_constant_folding=True,
         )
-    _name_output_dims(path, model, x, dynamic_batch)
+    _name_output_dims(path, model, x, symbols)
     check(path, model, x)
+    gen = torch.Generator().manual_seed(SEED + 3)
     if dynamic_batch:  # the symbolic batch must really be symbolic
-        gen = torch.Generator().manual_seed(SEED + 3)
         check(path, model, torch.randn((batch + 2, *x.shape[1:]), generator=gen))
+    if dynamic_seq:  # and the sequence
+        check(path, model, torch.randn((batch, x.shape[1] + 5, *x.shape[2:]), generator=gen))
     return path
 
 
@@ -501,6 +527,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--dynamic-batch", action="store_true", help="a symbolic batch dimension")
+    parser.add_argument(
+        "--dynamic-seq", action="store_true", help="a symbolic sequence length (the encoder)"
+    )
     parser.add_argument(
         "--layers", type=int, default=None, help="encoder layers (default 4; small 2)"
     )
@@ -518,6 +547,7 @@ def main(argv: list[str] | None = None) -> None:
             dynamic_batch=args.dynamic_batch,
             layers=args.layers,
             seq=args.seq,
+            dynamic_seq=args.dynamic_seq,
         )
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")

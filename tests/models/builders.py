@@ -13,6 +13,7 @@ forms the importer must read:
 - :func:`opset11`: an opset-11 model: Clip with min/max inputs, Softmax on a 3-D
   input with axis=1 (opset 11 semantics: over the flattened dimensions 1 and 2).
 - :func:`symbolic_batch`: MatMul/Add/Relu/Reshape/Softmax with a symbolic batch ``N``.
+- :func:`sequence_mean`: a ReduceMean over a symbolic sequence ``S`` (which padding would change).
 
 :func:`random_feeds` makes seeded inputs for any of them (and for the shipped models).
 
@@ -38,6 +39,7 @@ __all__ = [
     "mlp",
     "opset11",
     "random_feeds",
+    "sequence_mean",
     "symbolic_batch",
 ]
 
@@ -292,6 +294,23 @@ def symbolic_batch(seed: int = 0) -> onnx.ModelProto:
     )
 
 
+def sequence_mean(seed: int = 0) -> onnx.ModelProto:
+    """x (N, S, 8) -> MatMul (8, 8) -> Relu -> ReduceMean over S: y (N, 8), the mean over the sequence."""
+    w = _Weights(seed)
+    nodes = [
+        helper.make_node("MatMul", ["x", w.normal("w", (8, 8), 0.35)], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("ReduceMean", ["r"], ["y"], axes=[1], keepdims=0),
+    ]
+    return _model(
+        "sequence_mean",
+        nodes,
+        [helper.make_tensor_value_info("x", F32, ("N", "S", 8))],
+        [helper.make_tensor_value_info("y", F32, ("N", 8))],
+        w,
+    )
+
+
 BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "conv_bn_relu": conv_bn_relu,
     "basic_block": basic_block,
@@ -300,6 +319,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "elementwise_chain": elementwise_chain,
     "opset11": opset11,
     "symbolic_batch": symbolic_batch,
+    "sequence_mean": sequence_mean,
 }
 
 

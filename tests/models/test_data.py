@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 
 from .builders import BUILDERS, random_feeds
 
@@ -38,6 +39,11 @@ SHIPPED = {
         ("batch", 16, 32),
         ("batch", 16, 32),
         {"MatMul", "Softmax", "LayerNormalization", "Erf", "Reshape", "Transpose"},
+    ),
+    "encoder_small_dynamic": (
+        ("batch", "seq", 32),
+        ("batch", "seq", 32),
+        {"Shape", "Gather", "Concat", "MatMul", "Softmax", "LayerNormalization", "Reshape"},
     ),
 }
 
@@ -64,9 +70,12 @@ def test_shipped_model(name: str) -> None:
     assert [_dims(v) for v in model.graph.output] == [out_shape]
     assert [(o.domain, o.version) for o in model.opset_import] == [("", 17)]
     assert ops <= {n.op_type for n in model.graph.node}
-    for batch in (1, 3) if "batch" in in_shape else (1,):
-        (y,) = _run(model, random_feeds(model, seed=1, dims={"batch": batch}))
-        assert y.shape == tuple(batch if d == "batch" else d for d in out_shape)
+    for batch, seq in ((1, 16), (3, 16), (2, 5)) if "batch" in in_shape else ((1, 16),):
+        if seq != 16 and "seq" not in in_shape:
+            continue
+        dims = {"batch": batch, "seq": seq}
+        (y,) = _run(model, random_feeds(model, seed=1, dims=dims))
+        assert y.shape == tuple(dims.get(d, d) if isinstance(d, str) else d for d in out_shape)
         assert np.all(np.isfinite(y)) and 0.01 < float(np.std(y)) < 100  # activations of order one
 
 
@@ -109,6 +118,14 @@ def test_attention_mask_blocks_the_masked_keys() -> None:
     assert y.shape == (1, 8, 16)
 
 
+def test_sequence_mean_builder_averages_over_the_sequence() -> None:
+    model = BUILDERS["sequence_mean"]()
+    feeds = random_feeds(model, seed=3, dims={"N": 2, "S": 5})
+    (y,) = _run(model, feeds)
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    np.testing.assert_allclose(y, np.maximum(feeds["x"] @ w, 0).mean(axis=1), rtol=1e-5, atol=1e-6)
+
+
 def test_symbolic_batch_builder_takes_any_batch() -> None:
     model = BUILDERS["symbolic_batch"]()
     assert _dims(model.graph.input[0]) == ("N", 16)
@@ -125,6 +142,7 @@ def test_symbolic_batch_builder_takes_any_batch() -> None:
         ("resnet18", ["--small"]),
         ("mobilenet_v2", ["--small"]),
         ("encoder", ["--small", "--dynamic-batch"]),
+        ("encoder", ["--small", "--dynamic-batch", "--dynamic-seq"]),
     ],
 )
 def test_readme_command_remakes_the_shipped_model(
@@ -138,8 +156,9 @@ def test_readme_command_remakes_the_shipped_model(
         cwd=ROOT,
         capture_output=True,
     )
-    shipped = onnx.load(DATA / f"{name}_small.onnx")
+    suffix = "_dynamic" if "--dynamic-seq" in flags else ""
+    shipped = onnx.load(DATA / f"{name}_small{suffix}.onnx")
     remade = onnx.load(out)
-    feeds = random_feeds(shipped, seed=5, dims={"batch": 2})
+    feeds = random_feeds(shipped, seed=5, dims={"batch": 2, "seq": 16})
     for a, b in zip(_run(shipped, feeds), _run(remade, feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

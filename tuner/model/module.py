@@ -8,9 +8,22 @@
 it (``tuner.graph.passes``), fuses it (``tuner.graph.fusion``), turns each
 group into a task (``tuner.model.tasks``) and builds every distinct task once
 with its best record for the target and thread count (defaults, with one
-warning listing them, for tasks the logs do not cover). A model whose
-inputs have symbolic dimensions is compiled on first sight of each shape:
-from ``shapes=`` at once, or from the first call's arrays.
+warning listing them, for tasks the logs do not cover).
+
+A model whose inputs have symbolic dimensions (``input: float32[batch, seq,
+768]``) takes any value of them within ``bounds`` (``{"seq": 512}`` or
+``{"seq": (8, 512)}``); a value outside is one clear error. ``dynamic`` says
+how a new value is served:
+
+- ``"specialize"`` (the default): the model is compiled for each shape on
+  first sight (at once for ``shapes=``) and kept.
+- ``"bucket"``: each symbol is padded up to its next bucket (powers of two
+  up to its bound, or ``buckets=``), the model compiled per bucket, softmaxes
+  over a padded axis masked and the outputs sliced back
+  (``tuner.model.bucket`` checks first that padding cannot change results).
+- ``"generic"``: one build serving every shape needs shape-generic kernels
+  for every task; dense and fused elementwise tasks have none yet, so models
+  refuse it in one line (single operators have it: ``tuner.build_op``).
 """
 
 from __future__ import annotations
@@ -27,8 +40,11 @@ import numpy as np
 
 from ..codegen.backend import check_output
 from ..compile import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
-from ..graph.ir import GraphError, Value
+from ..dynamic import MODES, buckets_for
+from ..graph.ir import Graph, GraphError, Value
 from ..target import Target
+from ..te import Var
+from .bucket import MaskInput, Padding, analyse, masked
 from .lowered import Lowered, cache_key, external_files
 from .plan import Interval, assign_offsets, lifetimes
 from .prebuild import prebuild
@@ -48,13 +64,20 @@ def compile_model(
     shapes: Mapping[str, Sequence[int]] | None = None,
     target: str | Target = "cpu",
     fuse: bool = True,
+    dynamic: str = "specialize",
+    bounds: Mapping[str, int | tuple[int, int]] | None = None,
+    buckets: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
 ) -> Module:
     """Compile an ONNX model (a path or an ``onnx.ModelProto``) into a runnable module.
 
     ``log``: tuning logs (a file, a list, or a folder) whose best records the
     kernels use. ``shapes`` gives symbolic input dimensions their values.
     ``fuse=False`` builds one kernel per operator (the unfused baseline).
+    ``dynamic``, ``bounds`` and ``buckets``: how symbolic dimensions are
+    served (the module's docstring).
     """
+    if dynamic not in MODES:
+        raise ValueError(f"dynamic must be one of {', '.join(MODES)}, not {dynamic!r}")
     tgt = Target.from_name(target) if isinstance(target, str) else target
     records = BestRecords(log) if log is not None else None  # type: ignore[arg-type]
     key = cache_key(model, shapes, tgt, fuse)
@@ -67,11 +90,74 @@ def compile_model(
 
     graph = from_onnx(model, shapes)
     static = all(graph.values[i].static for i in graph.inputs)
-    first = Lowered.from_graph(graph, tgt, fuse) if static else None
+    if not static:
+        return _dynamic_module(model, graph, tgt, records, fuse, dynamic, bounds, buckets)
+    if bounds:
+        raise ValueError(f"bounds for {', '.join(bounds)}: the model has no symbolic dimension")
+    first = Lowered.from_graph(graph, tgt, fuse)
     mod = Module(model, graph.values, graph.inputs, graph.outputs, tgt, records, fuse, first)
-    if key is not None and first is not None:
+    if key is not None:
         first.save(key, external_files(model))
     return mod
+
+
+def _dynamic_module(
+    model: Any,
+    graph: Graph,
+    target: Target,
+    records: BestRecords | None,
+    fuse: bool,
+    dynamic: str,
+    bounds: Mapping[str, int | tuple[int, int]] | None,
+    buckets: Sequence[int] | Mapping[str, Sequence[int]] | None,
+) -> Module:
+    names = list(
+        dict.fromkeys(d for i in graph.inputs for d in graph.values[i].shape if isinstance(d, str))
+    )
+    symbols = {n: _bounded(n, (bounds or {}).get(n)) for n in names}
+    unknown = sorted(set(bounds or {}) - set(names))
+    if unknown:
+        raise ValueError(
+            f"bounds for {unknown[0]!r}: the model's symbolic dimensions are {', '.join(names)}"
+        )
+    if dynamic == "generic":
+        raise ValueError(
+            "dynamic='generic' is not available for models yet: dense and fused elementwise"
+            " tasks have no shape-generic kernels; use 'specialize' or 'bucket'"
+        )
+    mod = Module(model, graph.values, graph.inputs, graph.outputs, target, records, fuse)
+    mod.symbols = symbols
+    if dynamic == "bucket":
+        sizes = {}
+        for n, v in symbols.items():
+            given = buckets.get(n) if isinstance(buckets, Mapping) else buckets
+            if v.hi is None and given is None:
+                raise ValueError(f"dynamic='bucket' needs a bound for {n}: bounds={{{n!r}: MAX}}")
+            sizes[n] = buckets_for(v, given)
+            if v.hi is not None and sizes[n][-1] < v.hi:
+                raise ValueError(
+                    f"the largest bucket of {n} ({sizes[n][-1]}) is below its bound {v.hi}"
+                )
+        declared = {i: graph.values[i].shape for i in graph.inputs}
+        mod.padding = analyse(model, symbols, declared, graph.outputs)
+        mod.buckets = sizes
+    mod.dynamic = dynamic
+    return mod
+
+
+def _bounded(name: str, bound: int | tuple[int, int] | None) -> Var:
+    """The symbol ``name`` with its bounds: ``MAX``, ``(MIN, MAX)`` or none."""
+    if bound is None:
+        lo, hi = 1, None
+    elif isinstance(bound, int) and not isinstance(bound, bool):
+        lo, hi = 1, bound
+    elif isinstance(bound, Sequence) and len(bound) == 2 and all(isinstance(b, int) for b in bound):
+        lo, hi = int(bound[0]), int(bound[1])
+    else:
+        raise ValueError(f"bounds for {name!r} must be MAX or (MIN, MAX), got {bound!r}")
+    if lo < 1 or (hi is not None and hi < lo):
+        raise ValueError(f"bounds for {name!r} must have 1 <= MIN <= MAX, got ({lo}, {hi})")
+    return Var(name, "int64", lo, hi)
 
 
 @dataclass(frozen=True)
@@ -105,6 +191,11 @@ class Module:
         self._types = {name: values[name] for name in inputs}
         self._plans: dict[tuple[tuple[int, ...], ...], _Plan] = {}
         self._lock = threading.Lock()
+        #: How symbolic dimensions are served, their bounds, and (bucket) their buckets.
+        self.dynamic = "specialize"
+        self.symbols: dict[str, Var] = {}
+        self.buckets: dict[str, list[int]] = {}
+        self.padding: Padding | None = None
         self.input_names = list(inputs)
         self.output_names = list(outputs)
         if lowered is not None:
@@ -122,6 +213,9 @@ class Module:
         returned (a serving loop then allocates nothing per call).
         """
         arrays = self._check(feeds)
+        values = self._bind(arrays)
+        if self.padding is not None:
+            return self._run_padded(arrays, values, out)
         plan = self._plan_for(arrays)
         if out is not None:
             out = list(out)
@@ -166,6 +260,83 @@ class Module:
             # Kernels take writable arrays (Numba types read-only ones apart): copy a frozen input.
             arrays.append(arr if arr.flags.writeable else arr.copy())
         return arrays
+
+    def _bind(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
+        """Each symbol's value in ``arrays`` (the same in every input, within its bounds)."""
+        values: dict[str, int] = {}
+        for name, arr in zip(self.input_names, arrays, strict=True):
+            for axis, d in enumerate(self._types[name].shape):
+                if not isinstance(d, str):
+                    continue
+                n = int(arr.shape[axis])
+                seen = values.setdefault(d, n)
+                if seen != n:
+                    raise ModelInputError(
+                        f"input {name!r} has {d}={n} on axis {axis}, another input has {d}={seen}"
+                    )
+                v = self.symbols.get(d)
+                if v is not None and (n < v.lo or (v.hi is not None and n > v.hi)):
+                    hi = "" if v.hi is None else str(v.hi)
+                    raise ModelInputError(
+                        f"input {name!r} has {d}={n} on axis {axis}, outside its bounds {v.lo}..{hi}"
+                    )
+        return values
+
+    def _run_padded(
+        self, arrays: list[np.ndarray], values: dict[str, int], out: Sequence[np.ndarray] | None
+    ) -> list[np.ndarray]:
+        """Run the bucket that holds ``values``: inputs padded with zeros, outputs sliced back."""
+        assert self.padding is not None
+        served = {s: next(b for b in self.buckets[s] if b >= n) for s, n in values.items()}
+        padded = []
+        for name, arr in zip(self.input_names, arrays, strict=True):
+            shape = tuple(
+                served[d] if isinstance(d, str) else int(d) for d in self._types[name].shape
+            )
+            if shape != arr.shape:
+                big = np.zeros(shape, arr.dtype)
+                big[tuple(slice(0, n) for n in arr.shape)] = arr
+                arr = big
+            padded.append(arr)
+        sig = tuple(a.shape for a in padded)
+        plan = self._plans.get(sig)
+        if plan is None:
+            from ..graph.onnx_import import from_onnx
+
+            shapes = dict(zip(self.input_names, sig, strict=True))
+            graph, masks = masked(from_onnx(self._source, shapes), self.padding)
+            plan = _Plan(
+                Lowered.from_graph(graph, self.target, self.fuse), self.target, self.records
+            )
+            plan.masks = masks
+            self._plans[sig] = plan
+        feeds = padded + [m.array(values[m.symbol], served[m.symbol]) for m in plan.masks]
+        cuts = []
+        for cut, (_, v) in zip(self.padding.slices, plan.outputs, strict=True):
+            by_axis = dict(cut)
+            cuts.append(
+                tuple(
+                    slice(0, values[by_axis[k]]) if k in by_axis else slice(None)
+                    for k in range(len(v.shape))
+                )
+            )
+        with self._lock:
+            full = plan.run(feeds)
+        parts = [y[c] for y, c in zip(full, cuts, strict=True)]
+        if out is None:
+            return [np.ascontiguousarray(p) for p in parts]
+        out = list(out)
+        if len(out) != len(parts):
+            raise ModelInputError(
+                f"out has {len(out)} arrays; the model has {len(self.output_names)} outputs"
+            )
+        for name, arr, part in zip(self.output_names, out, parts, strict=True):
+            try:
+                check_output(arr, part.shape, part.dtype.name, f"out for {name!r}", arrays)
+            except (TypeError, ValueError) as exc:
+                raise ModelInputError(str(exc)) from None
+            np.copyto(arr, part)
+        return out
 
     def _plan_for(self, arrays: list[np.ndarray]) -> _Plan:
         sig = tuple(tuple(a.shape) for a in arrays)
@@ -212,6 +383,8 @@ class _Plan:
         self._layout()
         self.compile_seconds = time.perf_counter() - started
         self.step_seconds: list[float] | None = None
+        #: The masks a padded plan takes after the model's inputs (``tuner.model.bucket``).
+        self.masks: list[MaskInput] = []
         self._warn()
 
     # -- building --------------------------------------------------------------------

@@ -39,7 +39,7 @@ from ..ir import GraphError, Node
 from . import LowerContext, OpKind, register
 from .elementwise import broadcast_index, input_array, te_shape
 
-__all__ = ["normalize_axes", "reduce_stage", "reduced_index"]
+__all__ = ["normalize_axes", "reduce_args", "reduce_stage", "reduced_index"]
 
 Index = tuple[Expr, ...]
 
@@ -164,7 +164,7 @@ _REDUCTIONS: dict[str, _Reduction] = {
 }
 
 
-def _reduce_args(
+def reduce_args(
     node: Node, axes_input: np.ndarray | None, rank: int
 ) -> tuple[tuple[int, ...], bool]:
     """(axes, keepdims) of a Reduce* node; axes () means reduce over nothing."""
@@ -184,7 +184,7 @@ def _reduce_args(
 
 def _eval_reduce(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     x = input_array(node, arrays, 0)
-    axes, keep = _reduce_args(node, arrays[1] if len(arrays) > 1 else None, x.ndim)
+    axes, keep = reduce_args(node, arrays[1] if len(arrays) > 1 else None, x.ndim)
     with np.errstate(all="ignore"):
         if node.op == "ReduceProd":
             out = np.prod(x, axis=axes, keepdims=keep, dtype=x.dtype)
@@ -208,7 +208,7 @@ def _lower_reduce(ctx: LowerContext) -> list[Tensor]:
     node, x = ctx.node, ctx.tensor(0)
     out = ctx.outputs[0]
     shape = x.shape_ints
-    axes, keep = _reduce_args(node, ctx.consts[1] if len(ctx.consts) > 1 else None, x.ndim)
+    axes, keep = reduce_args(node, ctx.consts[1] if len(ctx.consts) > 1 else None, x.ndim)
     if node.op == "ReduceProd":
         return [_product(ctx, x, axes, keep)]
     if node.op == "ReduceLogSumExp":
