@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner import te
+from tuner.lower.extent import normal
 from tuner.schedule import Schedule
 from tuner.te import Tensor
 
@@ -35,8 +36,9 @@ __all__ = ["gemv_product", "schedule_gemv"]
 def gemv_product(X: Tensor, W: Tensor, lanes: int) -> tuple[Tensor, Tensor, Tensor | None]:
     """``P[i, j, l]`` (lane-wise partial sums), ``C[i, j]`` (their sum) and the tail
     ``T[i, j]`` over the last ``K % lanes`` products (None when ``lanes`` divides K)."""
-    M, K = X.shape_ints
-    N = W.shape_ints[0]
+    M = normal(X.shape[0])  # the batch may be symbolic: its rows are independent
+    K, N = normal(X.shape[1]), W.shape_ints[0]
+    assert isinstance(K, int), "the reduction extent is constant"
     q, rem = divmod(K, lanes)
     ko = te.reduce_axis(q, name="ko")
     P = te.compute(

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from tuner import te
+from tuner.lower.extent import normal
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.target import Target
@@ -407,8 +408,8 @@ def _batch_vectors(s: Schedule, cfg: Mapping[str, Any], X: Tensor, C: Tensor, Y:
     if cfg["parallel"]:
         s[Y].parallel(block)
     s[C].compute_at(s[Y], block)
-    M = X.shape_ints[0]
-    register_blocked(s, C, cfg, nc=M)
+    M = normal(X.shape[0])  # a symbolic batch: C's blocks of NC columns cover it in turn
+    register_blocked(s, C, cfg, nc=M if isinstance(M, int) else None)
     pack_panels(s, Packing(X, tile_dim=0, k_dim=1), C, nr, parallel=cfg["parallel"])
 
 

@@ -48,6 +48,7 @@ from tuner import te
 from tuner.graph.canonical import decode
 from tuner.graph.ir import Graph, GraphError, Value
 from tuner.graph.ops import LowerContext, opdef
+from tuner.lower.extent import normal
 from tuner.lower.ir import Alloc
 from tuner.lower.lower import lower
 from tuner.lower.visitor import walk_stmts
@@ -67,6 +68,7 @@ __all__ = [
     "config_space",
     "default_config",
     "define",
+    "define_graph",
     "flops",
     "reference",
     "schedule",
@@ -92,8 +94,9 @@ def _group(text: str) -> Graph:
     return g
 
 
-def _te_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape) if shape else (1,)
+def _te_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A value's te shape: rank 0 is ``(1,)``; a symbolic extent (a ``te.var``) stays one."""
+    return tuple(d if isinstance(d, te.Expr) else int(d) for d in shape) if shape else (1,)
 
 
 def _const_stage(v: Value) -> Tensor:
@@ -148,9 +151,10 @@ def _lower_node(g: Graph, k: int, env: dict[str, Tensor]) -> None:
         if not o:
             continue
         want = g.value(o)
-        if t.shape_ints != _te_shape(want.shape) or t.dtype != want.dtype:
+        got = tuple(normal(e) for e in t.shape)
+        if got != _te_shape(want.shape) or t.dtype != want.dtype:
             raise GraphError(
-                f"{node.describe()} lowered output {o} to {t.dtype}{list(t.shape_ints)}, "
+                f"{node.describe()} lowered output {o} to {t.dtype}{list(got)}, "
                 f"not {want.type_text()}"
             )
         env[o] = t
@@ -171,7 +175,16 @@ def _reachable(out: Tensor) -> set[str]:
 
 def define(text: str) -> tuple[list[Tensor], Tensor]:
     """The group's input placeholders (in order) and its output stage (always a compute)."""
-    g = _group(text)
+    return define_graph(_group(text))
+
+
+def define_graph(g: Graph) -> tuple[list[Tensor], Tensor]:
+    """:func:`define` for a group graph; its values' shapes may hold symbols (``te.var``).
+
+    A symbolic group is the same group at every value of its symbols; the
+    operators whose lowerings read only constant extents refuse one (a
+    ``GraphError`` naming the node).
+    """
     env: dict[str, Tensor] = {}
     placeholders = []
     for name in g.inputs:
@@ -195,7 +208,7 @@ def define(text: str) -> tuple[list[Tensor], Tensor]:
                 value = te.if_then_else(never, p[(0,) * p.ndim].astype(src.dtype), value)
             return value
 
-        out = te.compute(src.shape_ints, copy, name="y")
+        out = te.compute(src.shape, copy, name="y")
     return placeholders, out
 
 
@@ -207,6 +220,8 @@ class _Plan:
     """What the schedule reads of a group: its output's loops and its reductions."""
 
     rank: int  # spatial axes of the output
+    shape: tuple[int, ...]  # the output's
+    work: int  # the output's reduction extents, multiplied (1 without)
     inner: int  # extent of the last spatial axis
     size: int  # output elements
     reduce_out: bool  # the output itself reduces
@@ -227,6 +242,8 @@ def _plan(text: str) -> _Plan:
     inner_red = _extents(op.reduce_axis)
     return _Plan(
         rank=len(shape),
+        shape=shape,
+        work=math.prod(_extents(op.reduce_axis)),
         inner=shape[-1],
         size=math.prod(shape),
         reduce_out=bool(op.reduce_axis),
@@ -334,11 +351,18 @@ def _row_is_cheap(text: str, p: _Plan) -> bool:
 
 
 def schedule(
-    cfg: Mapping[str, Any], text: str, target: Target | None = None
+    cfg: Mapping[str, Any], text: str, target: Target | None = None, graph: Graph | None = None
 ) -> tuple[Schedule, list[Tensor]]:
-    """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
-    lanes = resolve(target).lanes(_plan(text).dtype)
-    placeholders, out = define(text)
+    """The schedule for ``cfg`` (validate configs from outside against config_space first).
+
+    ``graph``: the same group with symbolic extents (``define_graph``), to be
+    scheduled as ``text`` would be: ``text`` is the group at one shape, whose
+    extents size the tasks and vectors (a tile that does not divide a symbolic
+    extent gets guards).
+    """
+    plan = _plan(text)
+    lanes = resolve(target).lanes(plan.dtype)
+    placeholders, out = define(text) if graph is None else define_graph(graph)
     s = te.create_schedule(out)
     reds = []
     for st in s.state.stages:
@@ -350,14 +374,14 @@ def schedule(
             s[st.name].compute_inline()
     O = s[out]
     axes = list(O.op.axis)
-    shape = out.shape_ints
+    shape = plan.shape
     parallel = bool(cfg["parallel"])
     task = int(cfg["task"])
     unroll = int(cfg["unroll"])
     row_loop = None
     if O.op.reduce_axis:
         rows = O.fuse(*axes) if len(axes) > 1 else axes[0]
-        work: int = math.prod(_extents(s.state.stage(out.name).op.reduce_axis))
+        work = plan.work
         ro, row_loop = O.split(rows, factor=min(max(1, task // work), math.prod(shape)))
         if parallel:
             O.parallel(ro)

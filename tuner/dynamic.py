@@ -55,7 +55,9 @@ MODES = ("specialize", "generic", "bucket")
 #: The operators whose schedules take symbolic extents (tested at many shapes per kernel).
 #: A config is chosen at one shape; at the others, lowering bounds every loop a tile does
 #: not divide, so a tile larger than the extents stays correct.
-GENERIC = frozenset({"batch_matmul", "conv2d", "layer_norm", "log_softmax", "matmul", "softmax"})
+GENERIC = frozenset(
+    {"batch_matmul", "conv2d", "dense", "layer_norm", "log_softmax", "matmul", "softmax"}
+)
 
 
 @dataclass(frozen=True)

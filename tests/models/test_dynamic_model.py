@@ -4,8 +4,9 @@ The shipped encoder with a symbolic batch and sequence runs at several
 (batch, sequence) pairs in ``specialize`` and ``bucket``; a bucket pads, masks
 its softmaxes and slices, and without the mask it would be wrong (checked,
 so the comparison cannot pass by accident). Models that padding would change
-are refused before anything is built; bounds and the refused ``generic`` mode
-give one-line errors.
+are refused before anything is built; bounds give one-line errors.
+``generic`` builds every kernel once: later shapes reuse the same kernel
+objects and only plan their buffers.
 """
 
 from __future__ import annotations
@@ -84,6 +85,46 @@ def test_without_the_mask_a_padded_sequence_would_change_the_results() -> None:
     np.testing.assert_allclose(
         module.run(exact)[0], _reference(ENCODER, exact)[0], rtol=RTOL, atol=ATOL
     )
+
+
+@pytest.mark.slow
+def test_generic_builds_the_encoder_once_and_serves_every_shape() -> None:
+    module = compile_model(ENCODER, dynamic="generic", bounds={"batch": 4, "seq": 64})
+    assert module.generic is not None
+    families = {id(f.kernel) for f in module.generic.families.values()}
+    assert len(families) == 11  # one kernel per distinct task, shared by both layers
+    for batch, seq in [(1, 16), (2, 7), (3, 1), (4, 64), (1, 33), (2, 5)]:
+        _assert_matches(module, ENCODER, _tokens(batch, seq))
+    assert len(module.plans) == 6
+    for plan in module.plans:  # every shape ran the kernels built at compile time
+        assert {id(k) for k in plan.kernels} == families
+    with pytest.raises(ModelInputError, match=r"seq=65 on axis 1, outside its bounds 1\.\.64"):
+        module.run(_tokens(1, 65))
+
+
+def test_generic_serves_a_convolution_over_any_image_size() -> None:
+    model = _conv_over_a_symbolic_image()
+    module = compile_model(model, dynamic="generic", bounds={"H": 64, "W": 64})
+    for h, w in [(5, 9), (1, 1), (32, 17)]:
+        feeds = {"x": np.random.default_rng(h).standard_normal((1, 3, h, w)).astype(np.float32)}
+        np.testing.assert_allclose(
+            module.run(feeds)[0], _reference(model, feeds)[0], rtol=RTOL, atol=ATOL
+        )
+
+
+def test_generic_serves_a_small_batch_through_dense_and_softmax() -> None:
+    model = BUILDERS["symbolic_batch"]()
+    module = compile_model(model, dynamic="generic", bounds={"N": 16})
+    for n in (1, 3, 16):
+        feeds = random_feeds(model, seed=n, dims={"N": n})
+        np.testing.assert_allclose(
+            module.run(feeds)[0], _reference(model, feeds)[0], rtol=RTOL, atol=ATOL
+        )
+
+
+def test_generic_refuses_a_task_without_a_shape_generic_kernel() -> None:
+    with pytest.raises(GraphError, match=r"generic: no shape-generic kernel for ReduceMean"):
+        compile_model(BUILDERS["sequence_mean"](), dynamic="generic", bounds={"N": 4, "S": 64})
 
 
 @pytest.mark.slow
@@ -173,7 +214,7 @@ def test_a_symbol_must_have_one_value_across_inputs() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"dynamic": "generic"}, r"dynamic='generic' is not available for models yet"),
+        ({"dynamic": "generic"}, r"dynamic='generic' needs a bound for n: bounds=\{'n': MAX\}"),
         ({"dynamic": "bucket"}, r"dynamic='bucket' needs a bound for n: bounds=\{'n': MAX\}"),
         ({"bounds": {"m": 4}}, r"bounds for 'm': the model's symbolic dimensions are n"),
         ({"bounds": {"n": (0, 4)}}, r"1 <= MIN <= MAX, got \(0, 4\)"),

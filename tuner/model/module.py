@@ -21,9 +21,9 @@ how a new value is served:
   up to its bound, or ``buckets=``), the model compiled per bucket, softmaxes
   over a padded axis masked and the outputs sliced back
   (``tuner.model.bucket`` checks first that padding cannot change results).
-- ``"generic"``: one build serving every shape needs shape-generic kernels
-  for every task; dense and fused elementwise tasks have none yet, so models
-  refuse it in one line (single operators have it: ``tuner.build_op``).
+- ``"generic"``: every task is built once, before the first call, as a
+  kernel whose extents are arguments (``tuner.model.generic``); a new shape
+  only plans its buffers.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ from ..codegen.backend import check_output
 from ..compile import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
 from ..dynamic import MODES, buckets_for
 from ..graph.ir import Graph, GraphError, Value
+from ..lower.extent import evaluate
 from ..target import Target
 from ..te import Var
 from .bucket import MaskInput, Padding, analyse, masked
+from .generic import GenericKernels
 from .lowered import Lowered, cache_key, external_files
 from .plan import Interval, assign_offsets, lifetimes
 from .prebuild import prebuild
@@ -120,13 +122,13 @@ def _dynamic_module(
         raise ValueError(
             f"bounds for {unknown[0]!r}: the model's symbolic dimensions are {', '.join(names)}"
         )
-    if dynamic == "generic":
-        raise ValueError(
-            "dynamic='generic' is not available for models yet: dense and fused elementwise"
-            " tasks have no shape-generic kernels; use 'specialize' or 'bucket'"
-        )
     mod = Module(model, graph.values, graph.inputs, graph.outputs, target, records, fuse)
     mod.symbols = symbols
+    declared = {i: graph.values[i].shape for i in graph.inputs}
+    if dynamic == "generic":
+        mod.generic = GenericKernels(model, symbols, declared, target, records, fuse)
+        for note in mod.generic.notes:
+            warnings.warn(note, RecordChoiceWarning, stacklevel=3)
     if dynamic == "bucket":
         sizes = {}
         for n, v in symbols.items():
@@ -138,7 +140,6 @@ def _dynamic_module(
                 raise ValueError(
                     f"the largest bucket of {n} ({sizes[n][-1]}) is below its bound {v.hi}"
                 )
-        declared = {i: graph.values[i].shape for i in graph.inputs}
         mod.padding = analyse(model, symbols, declared, graph.outputs)
         mod.buckets = sizes
     mod.dynamic = dynamic
@@ -196,6 +197,7 @@ class Module:
         self.symbols: dict[str, Var] = {}
         self.buckets: dict[str, list[int]] = {}
         self.padding: Padding | None = None
+        self.generic: GenericKernels | None = None
         self.input_names = list(inputs)
         self.output_names = list(outputs)
         if lowered is not None:
@@ -346,7 +348,10 @@ class Module:
 
             shapes = dict(zip(self.input_names, sig, strict=True))
             lowered = Lowered.from_graph(from_onnx(self._source, shapes), self.target, self.fuse)
-            plan = _Plan(lowered, self.target, self.records)
+            prebuilt = None
+            if self.generic is not None:  # the kernels are built: only plan this shape
+                prebuilt = self.generic.prebuilt(lowered, self._bind(arrays))
+            plan = _Plan(lowered, self.target, self.records, prebuilt)
             self._plans[sig] = plan
         return plan
 
@@ -370,7 +375,15 @@ _Slot = int  # an index into a call's list of flat arrays
 class _Plan:
     """The model compiled for one set of input shapes."""
 
-    def __init__(self, lowered: Lowered, target: Target, records: BestRecords | None):
+    def __init__(
+        self,
+        lowered: Lowered,
+        target: Target,
+        records: BestRecords | None,
+        prebuilt: Sequence[tuple[Any, tuple[int, ...]]] | None = None,
+    ):
+        """``prebuilt``: a kernel for each spec and the values of its symbolic extents (the
+        shape-generic kernels of ``tuner.model.generic``), instead of building them."""
         started = time.perf_counter()
         self.target, self.lowered = target, lowered
         self.name = lowered.name
@@ -379,7 +392,13 @@ class _Plan:
         )
         self.specs = list(lowered.specs)
         self.values: dict[str, Value] = dict(lowered.values)
-        self.kernels, self.untuned, self.notes = _build_all(self.specs, records)
+        if prebuilt is None:
+            self.kernels, self.untuned, self.notes = _build_all(self.specs, records)
+            self._extents: list[tuple[int, ...]] = [() for _ in self.specs]
+        else:
+            self.kernels = [k for k, _ in prebuilt]
+            self._extents = [e for _, e in prebuilt]
+            self.untuned, self.notes = [], []
         self._layout()
         self.compile_seconds = time.perf_counter() - started
         self.step_seconds: list[float] | None = None
@@ -441,12 +460,12 @@ class _Plan:
             if v.data is not None:
                 data = np.array(v.data, order="C")  # an owned, writable copy
                 slot(name, data.reshape(-1))
-        self._steps: list[tuple[Any, tuple[_Slot, ...]]] = []
-        for spec, kernel in zip(self.specs, self.kernels, strict=True):
+        self._steps: list[tuple[Any, tuple[_Slot, ...], tuple[int, ...]]] = []
+        for spec, kernel, ext in zip(self.specs, self.kernels, self._extents, strict=True):
             args = (*spec.inputs, spec.output)
-            _check_args(spec, kernel, [self.values[a] for a in args])
+            _check_args(spec, kernel, [self.values[a] for a in args], ext)
             fn = kernel.kernel._fn  # type: ignore[attr-defined]
-            self._steps.append((fn, tuple(slots[root_of(a)] for a in args)))
+            self._steps.append((fn, tuple(slots[root_of(a)] for a in args), ext))
         self._base = base
         self._outputs = [(slots[root_of(o)], self.values[o]) for o in lw.outputs]
         #: Slots allocated per call: returned as they are; any other output is copied.
@@ -487,8 +506,8 @@ class _Plan:
                 if k in self._fresh and k not in bound:
                     bound[k] = arr
         env = self._env(arrays, bound)
-        for fn, idx in self._steps:
-            fn(*[env[i] for i in idx])
+        for fn, idx, ext in self._steps:
+            fn(*[env[i] for i in idx], *ext)
         if out is None:
             fresh = self._fresh
             return [
@@ -505,8 +524,8 @@ class _Plan:
         env = self._env(arrays, {})
         samples: list[list[float]] = [[] for _ in self._steps]
         for _ in range(repeat):
-            for j, (fn, idx) in enumerate(self._steps):
-                args = [env[i] for i in idx]
+            for j, (fn, idx, ext) in enumerate(self._steps):
+                args = [*(env[i] for i in idx), *ext]
                 t0 = time.perf_counter()
                 fn(*args)
                 samples[j].append(time.perf_counter() - t0)
@@ -610,15 +629,20 @@ def _cold(kernel: Any) -> bool:
     return bool(getattr(kernel.kernel, "wrote_cache", False))
 
 
-def _check_args(spec: KernelSpec, kernel: Any, values: Sequence[Value]) -> None:
-    """The kernel's buffers must take the values' element counts and dtypes (flat, row-major)."""
+def _check_args(
+    spec: KernelSpec, kernel: Any, values: Sequence[Value], extents: tuple[int, ...] = ()
+) -> None:
+    """The kernel's buffers must take the values' element counts and dtypes (flat, row-major);
+    a shape-generic kernel's at ``extents`` (its symbols' values, in order)."""
     bufs = kernel.kernel.args
+    symbols = kernel.kernel.lowered.symbols if extents else ()
+    at = {v.name: e for v, e in zip(symbols, extents, strict=True)}
     if len(bufs) != len(values):
         raise GraphError(
             f"kernel for {spec.ops} takes {len(bufs)} arrays, the model gives {len(values)}"
         )
     for buf, v in zip(bufs, values, strict=True):
-        size = int(np.prod([int(d) for d in buf.shape]))
+        size = int(np.prod([evaluate(d, at) for d in buf.shape]))
         if size != v.size or buf.dtype != v.dtype:
             raise GraphError(
                 f"kernel for {spec.ops}: argument {buf.name} is {buf.dtype}[{size}], "

@@ -62,9 +62,9 @@ _SELU_ALPHA = 1.67326319217681884765625
 _SELU_GAMMA = 1.05070102214813232421875
 
 
-def te_shape(shape: Sequence[Any]) -> tuple[int, ...]:
-    """The te shape of an ONNX value's shape: rank 0 is ``(1,)``."""
-    return tuple(int(d) for d in shape) or (1,)
+def te_shape(shape: Sequence[Any]) -> tuple[Any, ...]:
+    """The te shape of an ONNX value's shape: rank 0 is ``(1,)``; a symbol (``te.var``) stays."""
+    return tuple(d if isinstance(d, Expr) else int(d) for d in shape) or (1,)
 
 
 def broadcast_index(tensor: Tensor, out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
@@ -78,15 +78,15 @@ def broadcast_index(tensor: Tensor, out_indices: Sequence[Expr]) -> tuple[Expr, 
     >>> broadcast_index(b, (te.var("i"), te.var("j"), te.var("k")))
     (0, k)
     """
-    return broadcast_dims(tensor.shape_ints, out_indices)
+    return broadcast_dims(tensor.shape, out_indices)
 
 
-def broadcast_dims(shape: Sequence[int], out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
+def broadcast_dims(shape: Sequence[Any], out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
     """:func:`broadcast_index` on a shape (for operands whose leading dims are not the output's)."""
     offset = len(out_indices) - len(shape)
     idx: list[Expr] = []
     for d, extent in enumerate(shape):
-        if extent == 1:
+        if extent == 1 or (isinstance(extent, Const) and extent.value == 1):
             idx.append(Const(0, "int64"))
         elif offset + d < 0:
             raise GraphError(f"shape {tuple(shape)} does not broadcast to rank {len(out_indices)}")

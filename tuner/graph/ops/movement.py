@@ -73,8 +73,9 @@ def _owned(a: Any) -> np.ndarray:
     return np.array(a, order="C", copy=True)
 
 
-def _out_shape(ctx: LowerContext, k: int = 0) -> tuple[int, ...]:
-    return tuple(int(d) for d in ctx.outputs[k].shape)
+def _out_shape(ctx: LowerContext, k: int = 0) -> tuple[Any, ...]:
+    """Output ``k``'s shape (a symbolic extent, a ``te.var``, stays one)."""
+    return tuple(d if isinstance(d, Expr) else int(d) for d in ctx.outputs[k].shape)
 
 
 def _read(t: Tensor, idx: Sequence[Expr]) -> Expr:
