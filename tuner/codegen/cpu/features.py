@@ -25,10 +25,19 @@ preference are compiled again once.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["NO_GATHER", "gather_preference", "prefer_no_gather"]
 
 #: The LLVM target features added to the host's.
 NO_GATHER = ("+prefer-no-gather", "+prefer-no-scatter")
+
+
+def _config() -> Any:
+    """Numba's settings (module attributes that mypy does not see)."""
+    from numba.core import config
+
+    return config
 
 
 def _numba_started() -> bool:
@@ -40,8 +49,7 @@ def _numba_started() -> bool:
 
 def prefer_no_gather() -> bool:
     """Add ``NO_GATHER`` to the features Numba compiles for; whether they are in effect."""
-    from numba.core import config
-
+    config = _config()
     if config.CPU_FEATURES is None and not _numba_started():
         import llvmlite.binding as llvm
 
@@ -51,7 +59,5 @@ def prefer_no_gather() -> bool:
 
 def gather_preference() -> str:
     """``"no-gather"`` where Numba compiles with ``NO_GATHER``, else ``"host"``."""
-    from numba.core import config
-
-    features = (config.CPU_FEATURES or "").split(",")
+    features = (_config().CPU_FEATURES or "").split(",")
     return "no-gather" if all(f in features for f in NO_GATHER) else "host"
