@@ -120,13 +120,19 @@ def depthwise_default_config(p: Conv2d, target: Target | None = None) -> dict[st
     (experiments/bench_conv_defaults.py --only mb2_dw), rows against the 4 x 8
     register tile: 96 x 112 x 112 stride 2 0.96 against 0.85 ms, 144 x 56 x 56
     stride 2 0.58 against 0.28, 192 x 28 x 28 0.72 against 0.24, 960 x 7 x 7 0.17
-    against 0.08. Each plane is padded just before its use, while it is in cache
+    against 0.08. With 16 lanes (AVX-512), a row of more than two vectors that
+    the lanes do not divide runs whole rows too, whatever the stride: 4 x 16 tiles
+    over 56 columns (three tiles and a ragged one) took 0.63 ms at 144 x 56 x 56
+    against 0.24 for rows, and 0.51 against 0.35 at 96 x 112 x 112 stride 2;
+    wider tiles (64 columns) were slower still (0.8 to 1.1 ms). Narrow rows keep
+    the register tile there: 0.072 against 0.32 ms at 192 x 28 x 28 (all on two
+    threads, 2026-12-02). Each plane is padded just before its use, while it is in cache
     (``channel``): on two threads against one padded copy first (``root``), every
     one of the nine shapes was as fast or faster, 1.43 ms in all against 1.73
     (192 x 28 x 28: 0.146 against 0.182; 384 x 14 x 14: 0.077 against 0.108).
     """
     L = resolve(target).lanes("float32")
-    if p.stride == 1 and p.OW >= 4 * L:
+    if (p.stride == 1 and p.OW >= 4 * L) or _ragged_wide(p.OW, L):
         owr = next(v for v in (1, 2, 4, *(L * f for f in range(1, 9))) if v >= min(p.OW, 8 * L))
         return {
             "owr": owr,
@@ -145,6 +151,11 @@ def depthwise_default_config(p: Conv2d, target: Target | None = None) -> dict[st
         "unroll_window": False,
         "parallel": True,
     }
+
+
+def _ragged_wide(OW: int, L: int) -> bool:
+    """A row of more than two vectors of 16 or more lanes that the lanes do not divide."""
+    return L >= 16 and OW > 2 * L and OW % L != 0
 
 
 def depthwise_schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]:
