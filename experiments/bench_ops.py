@@ -7,9 +7,12 @@
 Each workload of the suite (below, as the command line names it) is tuned
 with ``--trials`` measured candidates on 2 threads; every measurement goes to
 ``experiments/logs/bench_ops_<trials>.jsonl``, the tuning wall time to
-``bench_ops_<trials>.tuning.json`` beside it. ``--from-logs`` skips the tuning
-and rebuilds the best record of each workload from those files; a resumed run
-only measures what the log still lacks of the budget.
+``bench_ops_<trials>.tuning.json`` beside it (keyed ``workload@fingerprint``).
+``--from-logs`` skips the tuning and rebuilds the best record of each workload
+from those files; a resumed run only measures what the log still lacks of the
+budget on this machine: records carry the machine's fingerprint, and those of
+other machines stay in the log for them. ``--time-limit`` caps each workload's
+tuning in seconds.
 
 Timing happens in one fresh process per thread count (thread pools are fixed
 at start; ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``NUMBA_NUM_THREADS``
@@ -289,10 +292,27 @@ def workload_key(spec: str) -> str:
     return Workload.make(op_name, **get_operator(op_name).parse_args(raw)).key
 
 
+def host_fingerprint() -> str:
+    """This machine's CPU fingerprint: a log keeps each machine's records apart by it."""
+    from tuner import Target
+
+    return Target.from_name("cpu").fingerprint
+
+
 def logged(log: Path, spec: str) -> list[Any]:
+    """This machine's records of ``spec`` in ``log`` (records of other machines stay, unused)."""
     from records import load
 
-    return load(log, workload=workload_key(spec), target_kind="cpu") if log.exists() else []
+    if not log.exists():
+        return []
+    here = host_fingerprint()
+    records = load(log, workload=workload_key(spec), target_kind="cpu")
+    return [r for r in records if r.target.fingerprint == here]
+
+
+def times_key(spec: str) -> str:
+    """The tuning-time entry of ``spec`` on this machine (``key@fingerprint``)."""
+    return f"{workload_key(spec)}@{host_fingerprint()}"
 
 
 def searched(records: list[Any]) -> int:
@@ -302,8 +322,15 @@ def searched(records: list[Any]) -> int:
     return sum(r.strategy != RETIME for r in records)
 
 
-def tune_all(items: list[tuple[str, str]], trials: int, log: Path, times: Path) -> None:
-    """Tune each workload up to ``trials`` records in ``log``; add the wall time to ``times``."""
+def tune_all(
+    items: list[tuple[str, str]],
+    trials: int,
+    log: Path,
+    times: Path,
+    time_limit: float | None = None,
+) -> None:
+    """Tune each workload up to ``trials`` of this machine's records in ``log`` (or for
+    ``time_limit`` seconds, whichever ends first); add the wall time to ``times``."""
     from tuner.tune import TuneOptions, tune
 
     spent = json.loads(times.read_text()) if times.exists() else {}
@@ -315,11 +342,12 @@ def tune_all(items: list[tuple[str, str]], trials: int, log: Path, times: Path) 
         op_name, raw = parse_spec(spec)
         t0 = time.perf_counter()
         try:
-            result = tune(op_name, raw, TuneOptions(trials=todo, log=log, threads=TUNE_THREADS))
+            opts = TuneOptions(trials=todo, time_limit=time_limit, log=log, threads=TUNE_THREADS)
+            result = tune(op_name, raw, opts)
         except Exception as exc:  # one workload's failure must not lose the others
             print(f"{label}: tuning failed: {type(exc).__name__}: {exc}")
             continue
-        key = workload_key(spec)
+        key = times_key(spec)
         spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
         times.write_text(json.dumps(spent, indent=1, sort_keys=True) + "\n")
         best = f"best {result.best.median * 1e3:.3f} ms" if result.best else "no correct candidate"
@@ -374,7 +402,7 @@ def finish(row: dict[str, Any], log: Path, times: dict[str, float]) -> dict[str,
     work = op.bytes_moved(args) if op.bytes_moved is not None else op.flops(args)
     unit = "GB/s" if memory else ("GOP/s" if args.get("dtype") == "int8" else "GFLOP/s")
     records = logged(log, row["spec"])
-    row.update(unit=unit, trials=searched(records), tune_s=times.get(workload_key(row["spec"])))
+    row.update(unit=unit, trials=searched(records), tune_s=times.get(times_key(row["spec"])))
     notes = list(row.pop("worker_notes", []))
     tuned = row.get("tuned_s")
     if tuned:
@@ -410,6 +438,9 @@ def main() -> None:
     p.add_argument("--threads", default="1,2", help="thread counts to time with")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument(
+        "--time-limit", type=float, default=None, help="tuning seconds per workload at most"
+    )
+    p.add_argument(
         "--from-logs", action="store_true", help="re-time the logged best records, no tuning"
     )
     p.add_argument(
@@ -438,7 +469,7 @@ def main() -> None:
             raise SystemExit(f"--from-logs: no log {log}; run without --from-logs to tune first")
     else:
         log.parent.mkdir(parents=True, exist_ok=True)
-        tune_all(items, opts.trials, log, times_file)
+        tune_all(items, opts.trials, log, times_file, opts.time_limit)
     times = json.loads(times_file.read_text()) if times_file.exists() else {}
     rows = [finish(r, log, times) for r in time_all(items, opts, log)]
     torch_note = ""
