@@ -75,16 +75,35 @@ EPS = 1e-5
 # -- layer norm ---------------------------------------------------------------
 
 
-class _LayerNorm:
-    """The tensors of one layer norm, in dependency order."""
+#: Two sums carried together (a tuple reduction): one pass over a row for its moments.
+SUMS = te.comm_reducer(lambda a, b: (a[0] + b[0], a[1] + b[1]), lambda t: (0.0, 0.0), "sums")
 
-    def __init__(self, M: int, N: int, lanes: int, eps: float, dtype: str = "float32"):
+
+class _LayerNorm:
+    """The tensors of one layer norm, in dependency order.
+
+    With ``one_pass`` the row's sum and sum of squares are one tuple reduction
+    (``SUMS``), each element shifted by the row's first one: with ``d = x -
+    x[0]``, the mean is ``x[0] + sum(d) / N`` and the variance ``sum(d*d) / N
+    - (sum(d) / N)**2``. The shift keeps the subtraction accurate where the
+    mean is large against the spread (a plain sum of squares loses every
+    digit there), as long as the first element is within a few deviations of
+    the mean; the two-pass form (the default) is exact whatever the data.
+    """
+
+    def __init__(
+        self, M: int, N: int, lanes: int, eps: float, dtype: str = "float32", one_pass: bool = False
+    ):
         X = te.placeholder((M, N), dtype, name="X")
         gamma = te.placeholder((N,), dtype, name="gamma")
         beta = te.placeholder((N,), dtype, name="beta")
         self.X, self.gamma, self.beta = X, gamma, beta
         # A symbolic N (a generic kernel's) divides at run time, once per row.
         inv_n = 1.0 / N.astype(dtype) if isinstance(N, te.Expr) else te.const(1.0 / N, dtype)
+        self.one_pass = one_pass
+        if one_pass:
+            self._moments(M, N, lanes, eps, dtype, inv_n)
+            return
         self.sum_part, self.sum = softmax.lane_reduce(
             "sum", lambda i, j: X[i, j], M, N, lanes, "X_sum"
         )
@@ -103,7 +122,29 @@ class _LayerNorm:
             lambda i: te.const(1.0, dtype) / te.sqrt(X_sq[i] * inv_n + te.const(eps, dtype)),
             name="X_rstd",
         )
-        rstd = self.rstd
+        self._output(M, N)
+
+    def _moments(self, M: int, N: int, lanes: int, eps: float, dtype: str, inv_n: te.Expr) -> None:
+        X = self.X
+
+        def shifted(i: Any, j: Any) -> tuple[te.Expr, te.Expr]:
+            d = X[i, j] - X[i, 0]
+            return d, d * d
+
+        self.sum_part, self.sum = softmax.lane_reduce(SUMS, shifted, M, N, lanes, "X_moments")
+        S = self.sum
+        self.mean = te.compute((M,), lambda i: X[i, 0] + S[i, 0] * inv_n, name="X_mean")
+
+        def rstd(i: Any) -> te.Expr:
+            m = S[i, 0] * inv_n
+            var = te.maximum(S[i, 1] * inv_n - m * m, te.const(0.0, dtype))
+            return te.const(1.0, dtype) / te.sqrt(var + te.const(eps, dtype))
+
+        self.rstd = te.compute((M,), rstd, name="X_rstd")
+        self._output(M, N)
+
+    def _output(self, M: int, N: int) -> None:
+        X, gamma, beta, mean, rstd = self.X, self.gamma, self.beta, self.mean, self.rstd
         self.Y = te.compute(
             (M, N),
             lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
@@ -140,6 +181,7 @@ def layer_norm_space(M: int, N: int, target: Target | None = None) -> ConfigSpac
     sp.define_knob("col_split", [1, *(vector_lanes * f for f in (1, 2, 4, 8))])
     sp.define_knob("lanes", [1, 4, 8, 16, 32, 64, 128])
     sp.define_knob("reductions_at_row", [True, False])
+    sp.define_knob("one_pass", [False, True], absent=False)
     sp.add_constraint(lambda c: c["rows_per_task"] <= M, "a task holds no more rows than M")
     sp.add_constraint(
         lambda c: c["col_split"] <= max(N, vector_lanes),
@@ -176,11 +218,18 @@ def layer_norm_schedule(
     At the output's row: the mean (its sum at its row, the partials at the
     sum's row) and the reciprocal deviation (the same below it). The mean is
     read by the output and by the centred squares inside the deviation's
-    nest, so it is computed first, at the output's row.
+    nest, so it is computed first, at the output's row. With ``one_pass`` the
+    moments (one tuple reduction, its partials at its row), the mean and the
+    deviation are all at the output's row.
     """
-    ln = _LayerNorm(M, N, int(cfg["lanes"]), eps, dtype)
+    ln = _LayerNorm(M, N, int(cfg["lanes"]), eps, dtype, bool(cfg.get("one_pass", False)))
     s = te.create_schedule(ln.Y)
-    attach: list[tuple[Tensor, Tensor | None]] = [
+    attach: list[tuple[Tensor, Tensor | None]]
+    if ln.one_pass:  # the moments are read by the mean and the deviation: at the output's row
+        attach = [(ln.sum, ln.Y), (ln.mean, ln.Y), (ln.rstd, ln.Y), (ln.sum_part, ln.sum)]
+        softmax.row_schedule(s, cfg, ln.Y, attach, [ln.sum_part], [])
+        return s, [ln.X, ln.gamma, ln.beta, ln.Y]
+    attach = [
         (ln.sum, ln.mean),
         (ln.mean, ln.Y),
         (ln.sq, ln.rstd),

@@ -76,7 +76,12 @@ _REDUCERS = {"sum": te.sum, "max": te.max}
 
 
 def lane_reduce(
-    combiner: str, source: Callable[[Any, Any], Expr], M: int, N: int, lanes: int, name: str
+    combiner: str | te.CommReducer,
+    source: Callable[[Any, Any], Any],
+    M: int,
+    N: int,
+    lanes: int,
+    name: str,
 ) -> tuple[Tensor, Tensor]:
     """Reduce ``source(i, j)`` over ``j < N`` through ``lanes`` partial results per row.
 
@@ -87,7 +92,13 @@ def lane_reduce(
     multiplies the elements seen before by 0. So only the partials read the
     source (an operator may compute it inside them), and every chunk is one
     contiguous run of ``lanes`` elements. Needs ``1 <= lanes <= N``.
+
+    A tuple reducer (``te.comm_reducer``) whose values are all sums takes a
+    ``source`` that gives a tuple: the partials and the total then have its
+    values' axis last, and the total merges the partials' tuples.
     """
+    if isinstance(combiner, te.CommReducer):
+        return _tuple_lane_sums(combiner, source, M, N, lanes, name)
     reduce = _REDUCERS[combiner]
     if isinstance(N, te.Var) and N.lo < lanes:
         # A symbolic row as short as N.lo: fewer lanes keep every chunk inside the row.
@@ -120,6 +131,38 @@ def lane_reduce(
     )
     t = te.reduce_axis(lanes, name=f"{name}_l")
     total = te.compute((M,), lambda i: reduce(part[i, t], axis=t), name=name)
+    return part, total
+
+
+def _tuple_lane_sums(
+    reducer: te.CommReducer,
+    source: Callable[[Any, Any], tuple[Expr, ...]],
+    M: int,
+    N: int,
+    lanes: int,
+    name: str,
+) -> tuple[Tensor, Tensor]:
+    """``lane_reduce`` for a tuple reducer of sums (overlapping chunks count as 0)."""
+    if not isinstance(N, int):
+        raise TypeError(f"{name}: a tuple of lane sums needs a constant row length")
+    k = te.reduce_axis(-(-N // lanes), name=f"{name}_k")
+
+    def element(i: Any, lane: Any) -> tuple[Expr, ...]:
+        if N % lanes == 0:
+            return tuple(source(i, k * lanes + lane))
+        start = te.minimum(k * lanes, N - lanes)
+        values = source(i, start + lane)
+        fresh = te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
+        return tuple(v * fresh.astype(v.dtype) for v in values)
+
+    part = te.compute(
+        (M, lanes), lambda i, lane: reducer(element(i, lane), axis=k), name=f"{name}_part"
+    )
+    n = int(part.shape[-1].value)  # type: ignore[attr-defined]
+    t = te.reduce_axis(lanes, name=f"{name}_l")
+    total = te.compute(
+        (M,), lambda i: reducer(tuple(part[i, t, v] for v in range(n)), axis=t), name=name
+    )
     return part, total
 
 
@@ -274,7 +317,7 @@ def row_schedule(
     if cfg["parallel"]:
         s[out].parallel(io)
     for part in partials:
-        r, lane = s[part].op.axis
+        r, lane = s[part].op.axis[:2]  # a tuple's values' axis stays innermost, after lane
         (k,) = s[part].op.reduce_axis
         s[part].reorder(r, k, lane)
         if int(cfg["lanes"]) >= 8:

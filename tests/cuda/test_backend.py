@@ -153,3 +153,29 @@ def test_kernel_checks_arguments_and_times_on_the_device(gpu) -> None:  # type: 
     timer.fetch()
     np.testing.assert_allclose(out, ref(*arrays), rtol=1e-5)
     assert timer.seconds(2) > 0
+
+
+def test_a_tuple_reduction_per_thread(gpu) -> None:  # type: ignore[no-untyped-def]
+    """Each thread combines a row's (value, index) pairs in its own registers (an argmax)."""
+    M, N = 11, 13
+    X = te.placeholder((M, N), name="X")
+    k = te.reduce_axis(N, name="k")
+    argmax = te.comm_reducer(
+        lambda a, b: (
+            te.if_then_else(b[0] > a[0], b[0], a[0]),
+            te.if_then_else(b[0] > a[0], b[1], a[1]),
+        ),
+        lambda t: (float("-inf"), -1.0),
+        "argmax",
+    )
+    A = te.compute((M,), lambda i: argmax((X[i, k], k.astype("float32")), axis=k), name="A")
+    s = te.create_schedule(A)
+    bx, tx = s[A].split(s[A].op.axis[0], factor=4)
+    s[A].bind(bx, "blockIdx.x")
+    s[A].bind(tx, "threadIdx.x")
+
+    def ref(x: np.ndarray) -> np.ndarray:
+        return np.stack([x.max(1), x.argmax(1).astype(np.float32)], axis=1)
+
+    kern = run_gpu([X], A, ref, s, gpu)
+    assert "A__next = cuda.local.array" in kern.source

@@ -45,6 +45,16 @@ def test_layer_norm_default_is_correct_with_a_large_mean() -> None:
     check_layer_norm(cfg, 67, 45, shift=1000.0)
 
 
+@pytest.mark.parametrize("m,n,lanes", [(1, 1, 1), (7, 45, 8), (5, 131, 64), (3, 768, 64)])
+def test_layer_norm_in_one_pass_with_a_large_mean(m: int, n: int, lanes: int) -> None:
+    """The moments as one tuple reduction (sums shifted by each row's first element) stay
+    accurate where the mean dwarfs the spread; lanes need not divide the row."""
+    space = norm.layer_norm_space(m, n, target=AVX2)
+    cfg = {**norm.layer_norm_default(m, n, target=AVX2), "one_pass": True, "lanes": lanes}
+    check_layer_norm(space.validate(cfg), m, n, shift=1000.0)
+    check_layer_norm(space.validate({**cfg, "reductions_at_row": False}), m, n)
+
+
 def test_layer_norm_at_the_root_with_another_eps() -> None:
     space = norm.layer_norm_space(13, 29, target=AVX2)
     cfg = {**norm.layer_norm_default(13, 29, target=AVX2), "reductions_at_row": False, "lanes": 8}

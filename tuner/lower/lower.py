@@ -44,6 +44,7 @@ from ..te.expr import (
     Const,
     Expr,
     TensorRead,
+    TupleReduce,
     Var,
     substitute,
     transform,
@@ -274,7 +275,15 @@ class _Lowerer:
         r.update({name: (0, n - 1) for name, n in inner.items() if isinstance(n, int)})
         bases: list[Expr] = []
         widths: list[Ext] = []
+        # A tuple reduction computes all its values together: its buffer holds them all.
+        values = isinstance(producer.tensor.op, ComputeOp) and isinstance(
+            producer.tensor.op.body, TupleReduce
+        )
         for d, dim in enumerate(shape):
+            if values and d == len(shape) - 1:
+                bases.append(Const(0))
+                widths.append(dim)
+                continue
             lo_base: Expr | None = None
             lo: Ext | None = None
             hi: Ext | None = None

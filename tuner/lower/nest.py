@@ -13,6 +13,7 @@ from ..te.expr import (
     IterVar,
     Reduce,
     TensorRead,
+    TupleReduce,
     Var,
     substitute,
     transform,
@@ -26,6 +27,10 @@ from .visitor import walk_stmts
 
 if TYPE_CHECKING:
     from .lower import _Lowerer
+
+
+#: The suffix of a tuple reduction's buffer of combined values (see ``_tuple_step``).
+TUPLE_NEXT = "__next"
 
 
 def _free(e: Expr) -> set[str]:
@@ -65,6 +70,26 @@ class _NestBuilder:
                 # bound guards the stores instead, as predication (see ``_loops``).
                 at = len(self.leaves)
             self.conds.setdefault(at, []).append((e, bound))
+        self.tuple = body if isinstance(body, TupleReduce) else None
+        if self.tuple is not None:
+            self._check_tuple(self.tuple)
+
+    def _check_tuple(self, body: TupleReduce) -> None:
+        """A tuple reduction's values are combined together: their axis is not a loop of its own."""
+        assert body.component is not None
+        v, stage = body.component.name, self.stage
+        if stage.origin != "compute":
+            raise ScheduleError(f"stage {stage.name}: a tuple reduction cannot be a {stage.origin}")
+        if self.leaves[-1] != v:
+            raise ScheduleError(
+                f"tuple reduction {stage.name}: its values' axis {v} must stay the innermost"
+                " loop, unsplit and unfused (the values are combined together at each step)"
+            )
+        kind = stage.axis(v).thread or stage.axis(v).annotation
+        if kind not in ("serial", "unroll"):
+            raise ScheduleError(
+                f"tuple reduction {stage.name}: its values' axis {v} cannot be {kind}"
+            )
 
     def build(self) -> Stmt:
         inner = self._loops(0, self.env, "update")
@@ -72,6 +97,8 @@ class _NestBuilder:
         return _guard(guards, inner)
 
     def _loops(self, p: int, env: Env, mode: str) -> Stmt:
+        if self.tuple is not None and p == len(self.leaves) - 1:
+            return self._tuple_step(self.tuple, env, mode)
         if p == len(self.leaves):
             guards = [
                 _below(e, bound, env)
@@ -394,6 +421,64 @@ class _NestBuilder:
             return Store(target.buffer, target.indices, value)
         op = {"sum": "add", "max": "max", "min": "min"}[self.body.combiner]
         return Store(target.buffer, target.indices, Binary(op, target, value, self.body.dtype))
+
+    def _tuple_step(self, body: TupleReduce, env: Env, mode: str) -> Stmt:
+        """All values of a tuple reduction at once, written out over its values' axis.
+
+        ``init`` stores the identity. ``update`` computes every combined value
+        from the old ones into a small local buffer (``<stage>__next``, which
+        LLVM keeps in registers), then stores them: a value stored first must
+        not be read as new by the next. Values that each read only their own
+        old value (a tuple of sums) are stored in turn, with no buffer.
+        """
+        if env.pad is not None:
+            raise ScheduleError(f"tuple reduction {self.stage.name} cannot be a register tile")
+        assert body.component is not None
+        var = self.names[body.component.name].name
+        n, stage = len(body.sources), self.stage
+        last = len(self.leaves)
+        conds = [c for p in (last - 1, last) for c in self.conds.get(p, [])]
+        guards = [  # a bound on the values' axis holds for each value (its region is whole)
+            _below(substitute(e, {var: Const(j)}), bound, env)
+            for e, bound in conds
+            if not (mode == "init" and _free(e) & self.reduce_vars)
+            for j in range(n)
+        ]
+        targets: list[Load] = []
+        values: list[Expr] = []
+        for j in range(n):
+            at = {k: substitute(e, {var: Const(j)}) for k, e in self.absolute.items()}
+            target = self.lw.load(_read(stage, tuple(at[a] for a in self.op_axes)), env)
+            assert isinstance(target, Load)
+            targets.append(target)
+            if mode == "update":
+                value = self.lw.expr(substitute(body.sources[j], at), env)
+                values.append(simplify(value, env.ranges))
+        if mode == "init":
+            stores = [
+                Store(t.buffer, t.indices, v) for t, v in zip(targets, body.identity, strict=True)
+            ]
+            return _guard(guards, seq(list(stores)))
+        new = body.combine(tuple(targets), tuple(values))
+        if all(
+            {v.name for v in walk(r) if isinstance(v, Var)} & {a.name for a in body.lhs}
+            <= {body.lhs[j].name}
+            for j, r in enumerate(body.results)
+        ):  # each value reads only its own old value (sums, maxima): stored in turn
+            stores = [
+                Store(t.buffer, t.indices, simplify(e, env.ranges))
+                for t, e in zip(targets, new, strict=True)
+            ]
+            return _guard(guards, seq(list(stores)))
+        nxt = Buffer(f"{stage.name}{TUPLE_NEXT}", (n,), body.dtype, Scope.LOCAL)
+        stmts: list[Stmt] = [
+            Store(nxt.name, (Const(j),), simplify(e, env.ranges)) for j, e in enumerate(new)
+        ]
+        stmts += [
+            Store(t.buffer, t.indices, Load(nxt.name, (Const(j),), body.dtype))
+            for j, t in enumerate(targets)
+        ]
+        return _guard(guards, Alloc(nxt, seq(stmts)))
 
     def _padded(self, e: Expr, env: Env) -> Expr:
         """``e`` at the loops' values, each read's indices clamped into its buffer.

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..te.expr import TupleReduce
 from ..te.tensor import ComputeOp, Tensor, TensorError
 from .state import Axis, ScheduleError, Stage, State, apply_step
 from .steps import (
@@ -184,7 +185,13 @@ def _initial_state(outputs: tuple[Tensor, ...]) -> State:
         assert isinstance(op, ComputeOp)
         axes = tuple(Axis(a.name, a.extent, a.kind) for a in (*op.axis, *op.reduce_axis))
         names = tuple(a.name for a in axes)
-        stages.append(Stage(t.name, t, "compute", names, axes, names, is_output=t in outputs))
+        leaves = names
+        if isinstance(op.body, TupleReduce) and op.body.component is not None:
+            # The values of a tuple reduction are combined together at each step: their
+            # axis is the innermost loop, inside the reduction's (lowering keeps it there).
+            v = op.body.component.name
+            leaves = (*(n for n in names if n != v), v)
+        stages.append(Stage(t.name, t, "compute", names, axes, leaves, is_output=t in outputs))
     return State(tuple(stages), tuple(inputs))
 
 

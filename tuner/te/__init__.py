@@ -27,15 +27,18 @@ from .ops import (
     sum,
     tanh,
 )
+from .reducer import CommReducer, comm_reducer
 from .tensor import Tensor, TensorError, compute, placeholder, reduce_axis, var
 
 __all__ = [
+    "CommReducer",
     "Expr",
     "IterVar",
     "Tensor",
     "TensorError",
     "Var",
     "abs",
+    "comm_reducer",
     "compute",
     "const",
     "create_schedule",

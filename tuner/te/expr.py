@@ -299,6 +299,40 @@ class Reduce(Expr):
         return f"{self.combiner}({self.source!r}, axis=[{axes}])"
 
 
+@dataclass(frozen=True, eq=True)
+class TupleReduce(Reduce):
+    """A reduction carrying several values of one dtype, combined by ``results``.
+
+    ``te.comm_reducer`` makes it (as TVM's ``comm_reducer``). At each step of
+    ``axes`` the accumulated values (``lhs``) and the incoming ones
+    (``sources``, standing in for ``rhs``) give the new values ``results``,
+    all computed from the old ones before any is stored; ``identity`` starts
+    them. Its compute has one more, innermost axis, ``component``, over the
+    values: ``source`` is the source of the component that axis names (what
+    code that reads a reduction's ``source`` sees). ``combiner`` is the
+    reducer's name.
+    """
+
+    child_fields: ClassVar[tuple[str, ...]] = ("sources",)
+
+    sources: tuple[Expr, ...] = ()
+    lhs: tuple[Var, ...] = ()
+    rhs: tuple[Var, ...] = ()
+    results: tuple[Expr, ...] = ()
+    identity: tuple[Expr, ...] = ()
+    component: IterVar | None = None
+
+    def combine(self, old: tuple[Expr, ...], new: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        """The combined values with ``old`` for ``lhs`` and ``new`` for ``rhs``."""
+        mapping = {v.name: e for v, e in zip((*self.lhs, *self.rhs), (*old, *new), strict=True)}
+        return tuple(substitute(r, mapping) for r in self.results)
+
+    def __repr__(self) -> str:
+        axes = ", ".join(a.name for a in self.axes)
+        values = ", ".join(repr(e) for e in self.sources)
+        return f"{self.combiner}(({values}), axis=[{axes}])"
+
+
 def as_expr(value: ExprLike, dtype: str | None = None) -> Expr:
     """Wrap a Python number as a constant; pass expressions through."""
     if isinstance(value, Expr):

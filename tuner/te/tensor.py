@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .dtypes import check_dtype, is_int
 from .expr import (
@@ -26,9 +26,12 @@ from .expr import (
     ExprLike,
     IterVar,
     Reduce,
+    Select,
     TensorRead,
+    TupleReduce,
     Var,
     as_expr,
+    equal,
     walk,
 )
 
@@ -224,8 +227,27 @@ def compute(
         if isinstance(body, Reduce):
             raise TensorError(f"compute {name}: cast the reduced value, not the reduction")
         body = body.astype(dtype)
+    if isinstance(body, TupleReduce):
+        body, component = _bind_components(name, params, body)
+        axis, dims = (*axis, component), (*dims, component.extent)
     _check_body(name, axis, body)
     return Tensor(name, dims, body.dtype, ComputeOp(name, axis, body))
+
+
+def _bind_components(
+    name: str, params: list[str], body: TupleReduce
+) -> tuple[TupleReduce, IterVar]:
+    """The tuple reduction with its values' axis (the compute's last): ``name_v``."""
+    n = len(body.sources)
+    component = IterVar(f"{name}_v", Const(n, "int64"), "spatial")
+    if component.name in params:
+        raise TensorError(
+            f"compute {name}: axis {component.name} names the values of its reduction"
+        )
+    source = body.sources[-1]
+    for j in reversed(range(n - 1)):
+        source = Select(equal(component, j), body.sources[j], source, body.dtype)
+    return replace(body, source=source, component=component), component
 
 
 def _check_name(name: str) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from ...kinds import Scope
 from ...lower.ir import Alloc, Buffer, Seq, Store
 from ...lower.lower import LoweredFunc
+from ...lower.nest import TUPLE_NEXT
 from ...lower.visitor import walk_stmts
 from ...target import Target
 from ..backend import (
@@ -121,7 +122,12 @@ def _vectorizer(func: LoweredFunc, options: BuildOptions) -> str:
     """SLP for register blocks (short literal loops), LLVM's loop vectorizer otherwise."""
     if options.vectorizer != "auto":
         return options.vectorizer
-    blocked = any(isinstance(s, Alloc) and s.buffer.scope == "local" for s in walk_stmts(func.body))
+    blocked = any(
+        isinstance(s, Alloc)
+        and s.buffer.scope == "local"
+        and not s.buffer.name.endswith(TUPLE_NEXT)
+        for s in walk_stmts(func.body)
+    )
     return "slp" if blocked else "loop"
 
 
