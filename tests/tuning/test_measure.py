@@ -114,3 +114,33 @@ def test_the_output_check_scales_its_absolute_tolerance_with_the_output() -> Non
     assert not matches(big + 5.0, big, 1e-3, 1e-3)
     zeros = np.zeros(8, np.float32)
     assert matches(zeros, zeros, 1e-3, 1e-3) and not matches(zeros + 0.01, zeros, 1e-3, 1e-3)
+
+
+def test_the_runner_warms_a_kernel_up_for_a_while_before_timing_it() -> None:
+    """Its threads sleep between candidates: untimed runs go on for ``warm_seconds`` first."""
+    import time
+
+    from tuner.measure._child import _time
+
+    class Clocked:
+        def __init__(self) -> None:
+            self.calls: list[float] = []
+
+        def run(self) -> None:
+            self.calls.append(time.perf_counter())
+
+        def seconds(self, reps: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                self.run()
+                time.sleep(0.001)
+            return time.perf_counter() - t0
+
+    timer = Clocked()
+    start = time.perf_counter()
+    samples = _time(timer, MeasureOptions(samples=3, min_sample_seconds=0.005, warm_seconds=0.05))
+    assert len(samples) == 3
+    assert timer.calls[-1] - start >= 0.05 + 3 * 0.005  # warmed for 0.05 s, then timed
+    cold = Clocked()
+    _time(cold, MeasureOptions(samples=3, min_sample_seconds=0.005, warm_seconds=0.0))
+    assert len(cold.calls) < len(timer.calls)

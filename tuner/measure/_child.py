@@ -14,6 +14,7 @@ from records import ErrorKind
 
 from ._signals import exit_with_parent
 from ._types import Candidate, MeasureOptions
+from .interleave import REST_SECONDS
 
 
 def _short(exc: BaseException) -> str:
@@ -97,6 +98,10 @@ def _time(timer: Any, opts: MeasureOptions) -> list[float]:
     """
     for _ in range(opts.warmup):
         timer.run()
+    if opts.warm_seconds > 0:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < opts.warm_seconds:
+            timer.seconds(1)
     reps = 1
     while True:
         elapsed = timer.seconds(reps)
@@ -118,6 +123,9 @@ def _workload_arrays(op: Any, c: Candidate, refs: dict[str, Any]) -> tuple[Any, 
         inputs = op.make_inputs(c.args, target=Target.from_json(c.target))
         refs.clear()  # keep one workload's arrays at a time
         refs[key] = (inputs, op.reference(*inputs, **c.args))
+        # The reference may have run on OpenBLAS's threads, which spin for about 0.1 s
+        # after a call and take cores from the kernel timed next (see interleave).
+        time.sleep(REST_SECONDS)
     return refs[key]
 
 

@@ -22,6 +22,11 @@ class MeasureOptions:
     passes: int = 3
     min_sample_seconds: float = 0.02  # repetitions per sample are scaled up to this
     warmup: int = 1
+    # Untimed runs go on for at least this long first: a runner's threads sleep while it
+    # waits for the next candidate, and a 2-thread kernel runs at about one thread's
+    # speed until they are awake (matmul 512 on 2 threads: 2.7 ms timed straight away,
+    # 2.0 ms in a user's loop; see experiments/bench_user_loop.py).
+    warm_seconds: float = 0.1
     rtol: float = 1e-3
     atol: float = 1e-3  # times the reference output's largest magnitude
     # Modules that register extra operators, imported by every worker (Python API only;
