@@ -37,11 +37,13 @@ def check_batch_norm(cfg, shape: tuple[int, int, int, int]) -> None:  # type: ig
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_layer_norm_default_is_correct_with_a_large_mean() -> None:
-    """The centred second pass keeps the variance right when the mean dwarfs the spread."""
-    cfg = norm.layer_norm_space(67, 45, target=AVX2).validate(
-        norm.layer_norm_default(67, 45, target=AVX2)
-    )
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_layer_norm_default_is_correct_with_a_large_mean(one_pass: bool) -> None:
+    """The shifted one-pass sums (the default) and the centred second pass keep the
+    variance right when the mean dwarfs the spread."""
+    default = norm.layer_norm_default(67, 45, target=AVX2)
+    assert default["one_pass"]
+    cfg = norm.layer_norm_space(67, 45, target=AVX2).validate({**default, "one_pass": one_pass})
     check_layer_norm(cfg, 67, 45, shift=1000.0)
 
 
