@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             runner.append(runner_time(op_name, args, got["config"], opts.threads))
         r, u, a = (statistics.median(x) * 1e3 for x in (runner, user, alloc))
         source = "log" if from_log else "default"
-        print(f"| {label} | {source} | {r:.3f} | {u:.3f} | {u / r:.3f} | {a:.3f} |")
+        print(f"| {label} | {source} | {r:.4g} | {u:.4g} | {u / r:.3f} | {a:.4g} |")
     return 0
 
 

@@ -233,7 +233,9 @@ def layer_norm_schedule(
     moments (one tuple reduction, its partials at its row), the mean and the
     deviation are all at the output's row.
     """
-    ln = _LayerNorm(M, N, int(cfg["lanes"]), eps, dtype, bool(cfg.get("one_pass", False)))
+    # A shape-generic kernel (symbolic N) scheduled from a concrete shape's config: two passes.
+    one_pass = bool(cfg.get("one_pass", False)) and isinstance(N, int)
+    ln = _LayerNorm(M, N, int(cfg["lanes"]), eps, dtype, one_pass)
     s = te.create_schedule(ln.Y)
     attach: list[tuple[Tensor, Tensor | None]]
     if ln.one_pass:  # the moments are read by the mean and the deviation: at the output's row
