@@ -110,10 +110,9 @@ def lane_reduce(
             return source(i, k * lanes + lane)
         if not isinstance(N, int | te.Var):  # a row length of unknown least value
             return _any_length(i, lane)
-        start = te.minimum(k * lanes, N - lanes)
+        start, fresh = _last_chunk(k, lane, lanes, N)
         value = source(i, start + lane)
         if combiner == "sum":
-            fresh = te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
             value = value * fresh.astype(value.dtype)
         return value
 
@@ -134,6 +133,13 @@ def lane_reduce(
     return part, total
 
 
+def _last_chunk(k: Any, lane: Any, lanes: int, N: Any) -> tuple[Expr, Expr]:
+    """Where chunk ``k`` starts (the last one at ``N - lanes``, overlapping the one before)
+    and 1 where ``lane`` is an element no earlier chunk saw, else 0 (a sum's mask)."""
+    start = te.minimum(k * lanes, N - lanes)
+    return start, te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
+
+
 def _tuple_lane_sums(
     reducer: te.CommReducer,
     source: Callable[[Any, Any], tuple[Expr, ...]],
@@ -150,10 +156,8 @@ def _tuple_lane_sums(
     def element(i: Any, lane: Any) -> tuple[Expr, ...]:
         if N % lanes == 0:
             return tuple(source(i, k * lanes + lane))
-        start = te.minimum(k * lanes, N - lanes)
-        values = source(i, start + lane)
-        fresh = te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
-        return tuple(v * fresh.astype(v.dtype) for v in values)
+        start, fresh = _last_chunk(k, lane, lanes, N)
+        return tuple(v * fresh.astype(v.dtype) for v in source(i, start + lane))
 
     part = te.compute(
         (M, lanes), lambda i, lane: reducer(element(i, lane), axis=k), name=f"{name}_part"

@@ -454,22 +454,19 @@ class _NestBuilder:
             if mode == "update":
                 value = self.lw.expr(substitute(body.sources[j], at), env)
                 values.append(simplify(value, env.ranges))
+        stores: list[Stmt]
         if mode == "init":
             stores = [
                 Store(t.buffer, t.indices, v) for t, v in zip(targets, body.identity, strict=True)
             ]
-            return _guard(guards, seq(list(stores)))
+            return _guard(guards, seq(stores))
         new = body.combine(tuple(targets), tuple(values))
-        if all(
-            {v.name for v in walk(r) if isinstance(v, Var)} & {a.name for a in body.lhs}
-            <= {body.lhs[j].name}
-            for j, r in enumerate(body.results)
-        ):  # each value reads only its own old value (sums, maxima): stored in turn
+        if body.separable:  # each value reads only its own old value (sums): stored in turn
             stores = [
                 Store(t.buffer, t.indices, simplify(e, env.ranges))
                 for t, e in zip(targets, new, strict=True)
             ]
-            return _guard(guards, seq(list(stores)))
+            return _guard(guards, seq(stores))
         nxt = Buffer(f"{stage.name}{TUPLE_NEXT}", (n,), body.dtype, Scope.LOCAL)
         stmts: list[Stmt] = [
             Store(nxt.name, (Const(j),), simplify(e, env.ranges)) for j, e in enumerate(new)

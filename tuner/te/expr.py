@@ -322,6 +322,15 @@ class TupleReduce(Reduce):
     identity: tuple[Expr, ...] = ()
     component: IterVar | None = None
 
+    @property
+    def separable(self) -> bool:
+        """Whether each combined value reads no other value's old state (a tuple of sums)."""
+        old = {v.name for v in self.lhs}
+        return all(
+            {v.name for v in walk(r) if isinstance(v, Var)} & old <= {self.lhs[j].name}
+            for j, r in enumerate(self.results)
+        )
+
     def combine(self, old: tuple[Expr, ...], new: tuple[Expr, ...]) -> tuple[Expr, ...]:
         """The combined values with ``old`` for ``lhs`` and ``new`` for ``rhs``."""
         mapping = {v.name: e for v, e in zip((*self.lhs, *self.rhs), (*old, *new), strict=True)}
