@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import te
+from tuner.lower.intrin import TensorIntrin
 from tuner.schedule import Schedule
 from tuner.schedule.schedule import AxisRef
 from tuner.space import ConfigSpace
@@ -139,8 +140,9 @@ def define_gemm_knobs(
     sp.define_knob("mc_tiles", [1, 2, 4, 8, 16, 24, 32])  # MC = mc_tiles * MR
     sp.define_knob("nc_tiles", [1, 2, 4, 8, 16, 32, 64])  # NC = nc_tiles * NR
     sp.define_knob("k_unroll", [1, 2, 4, 8], absent=1)
-    sp.add_constraint(
-        lambda c: _unroll_fits(c["k_unroll"], c["kc"], K), "k_unroll divides every block of K"
+    sp.add_constraint(  # the int8 dot nest unrolls groups of 4 (search_spaces._int8)
+        lambda c: c.get("int8_dot", False) or _unroll_fits(c["k_unroll"], c["kc"], K),
+        "k_unroll divides every block of K",
     )
     sp.add_constraint(
         lambda c: tile_registers(c["mr"], c["nr"], lanes) <= budget,
@@ -316,6 +318,7 @@ def register_blocked(
     pack_a: Packing | None = None,
     pack_b: Packing | None = None,
     nc: int | None = None,
+    dot: TensorIntrin | None = None,
 ) -> GemmLoops:
     """Schedule ``C``'s last two spatial axes and its reduction as the GotoBLAS nest.
 
@@ -327,6 +330,10 @@ def register_blocked(
     that region's width as ``nc`` when it is narrower than the config's NC (a
     split's inner loop runs to its factor, so a wider NC would run, and pack,
     empty column panels).
+
+    With ``dot`` (a tensor intrinsic, ``search_spaces._int8``) the tile's k loop
+    runs over groups of ``dot.depth`` and each of its vectors is one ``dot``:
+    ``for k4: for ir: for jvo: dot(jvi, q)``; ``k_unroll`` counts groups.
     """
     mr, nr, kc = int(cfg["mr"]), int(cfg["nr"]), int(cfg["kc"])
     mc = mr * int(cfg["mc_tiles"])
@@ -339,6 +346,10 @@ def register_blocked(
     io, ii = s[C].split(i, factor=mc)
     ib, ir = s[C].split(ii, factor=mr)
     s[C].reorder(*outer, jo, ko, io, jb, ib, ki, ir, jv)
+    if dot is not None:
+        ki, q = s[C].split(ki, factor=dot.depth)
+        jvo, jvi = s[C].split(jv, factor=dot.lanes)
+        s[C].reorder(ki, ir, jvo, jvi, q)
     unroll = int(cfg.get("k_unroll", 1))
     if unroll > 1:
         ki, ku = s[C].split(ki, factor=unroll)
@@ -348,7 +359,12 @@ def register_blocked(
     for packing, at, tile in ((pack_b, ko, nr), (pack_a, io, mr)):
         if packing is not None:
             pack_panels(s, packing, C, tile, at=at)
-    s[C].vectorize(jv)
+    if dot is None:
+        s[C].vectorize(jv)
+    else:
+        s[C].tensorize(jvi, dot.name)
+        if nr > dot.lanes:
+            s[C].unroll(jvo)
     return GemmLoops(jo, ko, io, jb, ib, ki, ir, jv)
 
 

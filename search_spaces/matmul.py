@@ -59,6 +59,7 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from . import _int8 as int8_dot
 from ._cuda import is_gpu
 from ._cuda import matmul as gpu
 from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
@@ -224,7 +225,28 @@ def config_space(
         sp.add_constraint(
             lambda c: c["pack_b"], "a transposed B is packed (unpacked it is gathered)"
         )
+    if dtype == "int8" and int8_dot.supported(resolve(target)):
+        _int8_dot_knob(sp, K)
     return sp.freeze()
+
+
+def _int8_dot_knob(sp: ConfigSpace, K: int) -> None:
+    """``int8_dot``: the nest of ``search_spaces._int8`` (the target's int8 dot product).
+
+    Its operands are always packed its own way, and column blocks run in
+    parallel, so the packing knobs keep one value there.
+    """
+    sp.define_knob("int8_dot", [True, False], absent=False)
+    sp.add_constraint(
+        lambda c: (
+            not c["int8_dot"] or (c["pack_b"] and not c["pack_a"] and c["parallel_at"] == "cols")
+        ),
+        "the int8 dot nest packs its operands itself, in parallel column blocks",
+    )
+    sp.add_constraint(
+        lambda c: not c["int8_dot"] or int8_dot.blocks_fit(c, K),
+        "KC is whole groups of 4 bytes of K, and k_unroll divides its groups",
+    )
 
 
 def default_config(
@@ -245,6 +267,9 @@ def default_config(
     on the rows, 96 x 12544 x 16 took 0.43 ms by panels against 0.76 by
     blocks (0.48 without the epilogue), 1280 x 49 x 320 0.43 against 0.40.
     """
+    tgt = resolve(target)
+    if dtype == "int8" and int8_dot.supported(tgt):
+        return int8_dot.dot_default(M, N, K, tgt)
     cfg = {**gemm_default(M, N, K, target, dtype), "pack_b": True, "parallel": True}
     cfg["pack_a"] = trans_a
     cfg.update(_parallel_rows(M, N, K, cfg, resolve(target), dtype))
@@ -271,6 +296,8 @@ def schedule(
     nest computing ``C`` one ``MC x NC`` block at a time inside ``Y``'s block
     loops (see :func:`search_spaces._gemm.blocked_output`); the knobs are the same.
     """
+    if cfg.get("int8_dot", False):
+        return int8_dot.schedule(cfg, M, N, K, resolve(None), trans_a, trans_b)
     A, B, C = define(M, N, K, dtype, trans_a, trans_b)
     steps = parse_epilogue(epilogue)
     extras, Y = output_stage(C, steps, _CHANNEL_AXIS[channels]) if steps else ([], C)
@@ -418,6 +445,8 @@ def _space(a: Mapping[str, Any], target: Target) -> ConfigSpace:
 def _schedule(
     cfg: Mapping[str, Any], a: Mapping[str, Any], target: Target
 ) -> tuple[Schedule, list[Tensor]]:
+    if cfg.get("int8_dot", False):
+        return int8_dot.schedule(cfg, a["M"], a["N"], a["K"], target, a["trans_a"], a["trans_b"])
     if is_gpu(target):
         A, B, C = define(a["M"], a["N"], a["K"], a["dtype"], a["trans_a"], a["trans_b"])
         steps = parse_epilogue(_epi(a))

@@ -153,6 +153,15 @@ class Target:
         return max(1, self.vector_lanes * 4 // _ACCUMULATOR_BYTES.get(dtype, 4))
 
     @property
+    def int8_dot_bits(self) -> int:
+        """Widest vector of int8 dot products into int32 (x86 VNNI's ``vpdpbusd``), 0 if none.
+
+        512 with AVX-512 VNNI, 256 with AVX-VNNI (or AVX-512 VNNI on a target
+        whose vectors are 256 bits); a target recorded before it existed has none.
+        """
+        return int(self.get("int8_dot_bits", 0))
+
+    @property
     def l1d_bytes(self) -> int:
         return int(self.get("l1d_bytes", 0)) or _FALLBACK_L1D
 
@@ -274,6 +283,15 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(f"{info.get('flags', '')} {info.get('Features', '')}".split())
 
 
+def int8_dot_bits(flags: frozenset[str], vector_bits: int) -> int:
+    """Widest VNNI dot product (``vpdpbusd``) ``flags`` announce, within ``vector_bits``."""
+    if "avx512_vnni" in flags and "avx512f" in flags:
+        return min(512, vector_bits)
+    if "avx_vnni" in flags:
+        return min(256, vector_bits)
+    return 0
+
+
 def simd_level(flags: frozenset[str]) -> tuple[int, int]:
     """``(vector_bits, vector_registers)`` of the widest SIMD level ``flags`` announce."""
     for flag, bits, registers in SIMD_LEVELS:
@@ -322,7 +340,8 @@ def cpu_target(num_threads: int | None = None) -> Target:
     count: ``num_threads=1`` and ``=2`` give one fingerprint and two keys.
     """
     info = _cpuinfo()
-    bits, registers = simd_level(cpu_flags())
+    flags = cpu_flags()
+    bits, registers = simd_level(flags)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     caps: dict[str, CapValue] = {
         "model": info.get("model name", platform.processor() or platform.machine()),
@@ -331,6 +350,7 @@ def cpu_target(num_threads: int | None = None) -> Target:
         "vector_lanes": bits // 32,
         "vector_bits": bits,
         "vector_registers": registers,
+        "int8_dot_bits": int8_dot_bits(flags, bits),
         "l1d_bytes": _cache_size(1) or _FALLBACK_L1D,
         "l2_bytes": _cache_size(2) or _FALLBACK_L2,
         "l3_bytes": _cache_size(3),

@@ -21,6 +21,8 @@ def identity(combiner: str, dtype: str) -> Const:
     if dtype == "bool":  # max is "any", min is "all"
         return Const(combiner == "min", dtype)
     big = {"int8": 127, "int32": 2**31 - 1, "int64": 2**63 - 1}
+    if dtype == "uint8":
+        return Const(0 if combiner == "max" else 255, dtype)
     if is_float(dtype):
         return Const(-math.inf if combiner == "max" else math.inf, dtype)
     return Const(-big[dtype] - 1 if combiner == "max" else big[dtype], dtype)

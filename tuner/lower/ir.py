@@ -14,7 +14,19 @@ from typing import ClassVar
 from ..kinds import LoopKind, Scope
 from ..te.expr import Binary, Const, Expr
 
-__all__ = ["Alloc", "Barrier", "Buffer", "For", "If", "Load", "Seq", "Stmt", "Store", "seq"]
+__all__ = [
+    "Alloc",
+    "Barrier",
+    "Buffer",
+    "For",
+    "If",
+    "Load",
+    "Seq",
+    "Stmt",
+    "Store",
+    "Tensorized",
+    "seq",
+]
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,21 @@ class Barrier(Stmt):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", Scope(self.scope))
+
+
+@dataclass(frozen=True)
+class Tensorized(Stmt):
+    """``loop`` (and the reduction loop inside it) is the tensor intrinsic ``intrin``.
+
+    A backend with the instruction emits it in place of the loops where they
+    match it (``tuner.lower.intrin.match``); the loops are the meaning. In an
+    edge tile's padded copy (``edge``), whose reads clamp their indices, loops
+    that do not match stay loops; anywhere else they are an error.
+    """
+
+    intrin: str
+    loop: For
+    edge: bool = False
 
 
 def seq(stmts: list[Stmt]) -> Stmt:

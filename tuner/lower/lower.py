@@ -54,7 +54,8 @@ from ..te.tensor import ComputeOp, Tensor
 from .context import Cache, Env, extent, forward, leaf_extents, root_values
 from .extent import Ext, emax, emin, symbol_ranges, symbols_of
 from .gpu import check_gpu
-from .ir import Alloc, Buffer, For, Load, Stmt, seq
+from .intrin import require
+from .ir import Alloc, Buffer, For, Load, Stmt, Tensorized, seq
 from .nest import _NestBuilder
 from .simplify import Linear, linear, render_linear, simplify
 from .visitor import walk_stmts
@@ -427,6 +428,9 @@ def check_capabilities(func: LoweredFunc, target: Target, trace: tuple[Step, ...
     blocks against its limits (``tuner.lower.gpu.check_gpu``); one without
     refuses loops bound to GPU indices. ``trace`` names the step at fault.
     """
+    for s in walk_stmts(func.body):
+        if isinstance(s, Tensorized):
+            require(s.intrin, target)
     threads = int(target.get("max_threads_per_block", 0))
     if threads:
         check_gpu(func.body, target, trace)

@@ -21,7 +21,8 @@ from ..te.expr import (
 )
 from .context import Cache, Env, Padding, extent, identity, leaf_extents
 from .extent import Ext, as_expr, proves, upper
-from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, seq
+from .intrin import intrinsic
+from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized, seq
 from .simplify import Linear, bounds, linear, render_linear, simplify
 from .visitor import walk_stmts
 
@@ -143,7 +144,7 @@ class _NestBuilder:
             tight = _tighten(e, bound, var, env)
             covers = tight is not None and proves(_ext(tight), "ge", full, env.ranges)
             if tight is not None and env.specialize is not None and not covers:
-                cond = simplify(tight >= as_expr(full), env.ranges)
+                cond = simplify(_least(tight, env) >= as_expr(full), env.ranges)
                 if _free(cond) <= env.specialize_known:
                     env.specialize.append(cond)
                     continue
@@ -183,7 +184,61 @@ class _NestBuilder:
         body = _guard(guards, body)
         for buf in reversed(allocs):
             body = Alloc(buf, body)
-        return For(var.name, extent, kind, body)
+        loop = For(var.name, extent, kind, body)
+        if axis.intrin and mode == "update":
+            return self._tensorized(axis.intrin, p, loop, env)
+        return loop
+
+    def _tensorized(self, name: str, p: int, loop: For, env: Env) -> Stmt:
+        """``loop`` and the reduction loop inside it as tensor intrinsic ``name``.
+
+        The pair must be the stage's two innermost loops, the inner one a
+        reduction of the intrinsic's depth. A lane loop bounded at an edge
+        runs all its lanes where that stays inside every buffer and the
+        lanes past the edge land in a register tile (whose write-back is
+        bounded); otherwise it stays plain loops.
+        """
+        intrin = intrinsic(name)
+        leaf = self.leaves[p]
+        inner = self.leaves[p + 1] if p + 1 < len(self.leaves) else None
+        if (
+            inner is None
+            or p + 2 != len(self.leaves)
+            or self.stage.axis(inner).kind != "reduce"
+            or self.ext[inner] != intrin.depth
+        ):
+            raise ScheduleError(
+                f"stage {self.stage.name}: tensorized loop {leaf} must have one reduction loop"
+                f" of {intrin.depth} iterations inside it, innermost"
+            )
+        edge = env.pad is not None
+        if isinstance(loop.extent, Const) and int(loop.extent.value) == intrin.lanes:
+            return Tensorized(name, loop, edge)
+        whole = For(loop.var, Const(intrin.lanes), loop.kind, loop.body)
+        return Tensorized(name, whole, True) if self._lanes_fit(whole, env) else loop
+
+    def _lanes_fit(self, loop: For, env: Env) -> bool:
+        """Whether the accesses of ``loop``'s body that its lanes index stay in their
+        buffers over all its lanes, and its stores go to a register tile."""
+        e = env.child()
+        e.ranges[loop.var] = (0, int(loop.extent.value) - 1)  # type: ignore[attr-defined]
+        for s in walk_stmts(loop.body):
+            if isinstance(s, For):
+                if not isinstance(s.extent, Const):
+                    return False
+                e.ranges[s.var] = (0, int(s.extent.value) - 1)
+        local = {c.buffer.name for c in env.caches.values() if c.buffer.scope == Scope.LOCAL}
+        for s in walk_stmts(loop.body):
+            if isinstance(s, Store):
+                target = Load(s.buffer, s.indices, "int32")
+                loads = [x for x in walk(s.value) if isinstance(x, Load)]
+                if s.buffer not in local:
+                    return False
+                for x in [target, *loads]:  # those the extra lanes reach
+                    lanes = any(loop.var in _free(i) for i in x.indices)
+                    if lanes and not self._inside(x, e):
+                        return False
+        return True
 
     def _register_tile(self, local: Cache, p: int, env: Env, mode: str) -> Stmt:
         """Load (if partial sums exist), compute and store back a cached tile.
@@ -561,6 +616,26 @@ def _guard(conds: list[Expr], body: Stmt) -> Stmt:
     for c in live[1:]:
         cond = cond & c
     return If(cond, body)
+
+
+def _least(e: Expr, env: Env) -> Expr:
+    """``e`` at its least over the tile's own loops (variables the full version cannot know).
+
+    A bound on a tensorized vector's lanes depends on the unrolled loop over
+    the tile's vectors (``16 * jvo + jvi < width``): at that loop's worst
+    value, the condition is one the tile can be chosen by.
+    """
+    lin = linear(e)
+    terms = dict(lin.terms)
+    const = lin.const
+    for atom, c in lin.terms.items():
+        if isinstance(atom, Var) and atom.name not in env.specialize_known:
+            span = env.ranges.get(atom.name)
+            if span is None or not all(isinstance(x, int) for x in span):
+                continue
+            del terms[atom]
+            const += c * (span[0] if c > 0 else span[1])
+    return e if terms == lin.terms else simplify(render_linear(Linear(terms, const)), env.ranges)
 
 
 def _tighten(e: Expr, bound: Ext, var: Var, env: Env) -> Expr | None:

@@ -23,7 +23,7 @@ from ..te.expr import (
     Select,
     Var,
 )
-from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store
+from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized
 from .visitor import StmtVisitor
 
 __all__ = ["BINOPS", "CMPOPS", "SourceRenderer"]
@@ -144,6 +144,10 @@ class SourceRenderer(StmtVisitor):
 
     def visit_Barrier(self, s: Barrier) -> None:
         self.barrier(s)
+
+    def visit_Tensorized(self, s: Tensorized) -> None:
+        self.emit(f"# tensorize: {s.intrin}")
+        self.visit(s.loop)
 
     def loop_body(self, s: For) -> None:
         """The body of loop ``s``, one level deeper, with ``parallel`` tracking it."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..te.expr import Expr, transform
-from .ir import Alloc, Barrier, For, If, Seq, Stmt, Store
+from .ir import Alloc, Barrier, For, If, Seq, Stmt, Store, Tensorized
 
 __all__ = ["StmtMutator", "StmtVisitor", "substitute_stmt", "walk_stmts"]
 
@@ -57,6 +57,9 @@ class StmtVisitor:
 
     def visit_Barrier(self, s: Barrier) -> Any:
         return None
+
+    def visit_Tensorized(self, s: Tensorized) -> Any:
+        self.visit(s.loop)
 
 
 class StmtMutator:
@@ -104,6 +107,14 @@ class StmtMutator:
 
     def visit_Barrier(self, s: Barrier) -> Stmt:
         return s
+
+    def visit_Tensorized(self, s: Tensorized) -> Stmt:
+        loop = self.visit(s.loop)
+        if loop is s.loop:
+            return s
+        if not isinstance(loop, For):  # a rewrite unrolled or removed the loop
+            return loop
+        return Tensorized(s.intrin, loop, s.edge)
 
 
 class _Preorder(StmtVisitor):

@@ -30,6 +30,7 @@ from .steps import (
     Reorder,
     Split,
     Step,
+    Tensorize,
     step_from_json,
 )
 
@@ -125,6 +126,13 @@ class StageRef:
     def vectorize(self, axis: AxisRef | str) -> None:
         """Make this innermost loop a SIMD loop (constant extent, no reduction)."""
         self._s._add(Annotate(self.name, self._ax(axis), "vectorize"))
+
+    def tensorize(self, axis: AxisRef | str, intrin: str) -> None:
+        """Compute this loop and the reduction loop just inside it as tensor intrinsic ``intrin``.
+
+        See ``tuner.lower.intrin`` for the intrinsics and the computation each one matches.
+        """
+        self._s._add(Tensorize(self.name, self._ax(axis), intrin))
 
     def unroll(self, axis: AxisRef | str) -> None:
         """Unroll this constant-extent loop fully."""

@@ -27,6 +27,7 @@ from .steps import (
     Reorder,
     Split,
     Step,
+    Tensorize,
 )
 
 __all__ = [
@@ -64,6 +65,7 @@ class Axis:
     kind: str  # "spatial" or "reduce"
     annotation: LoopKind = LoopKind.SERIAL
     thread: LoopKind | None = None
+    intrin: str = ""  # a tensor intrinsic computing this loop and the one inside it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotation", LoopKind(self.annotation))
@@ -304,6 +306,28 @@ def _annotate(state: State, st: Annotate) -> State:
     return state.with_stage(stage._set_axis(replace(ax, annotation=LoopKind(st.annotation))))
 
 
+def _tensorize(state: State, st: Tensorize) -> State:
+    from ..lower.intrin import INTRINSICS
+
+    stage = state.stage(st.stage)
+    ax = _leaf(stage, st.axis)
+    check(
+        st.intrin in INTRINSICS,
+        f"unknown tensor intrinsic {st.intrin!r}; use one of {', '.join(INTRINSICS)}",
+    )
+    intrin = INTRINSICS[st.intrin]
+    check(ax.kind != "reduce", f"axis {ax.name} is a reduction axis; {st.intrin} runs over lanes")
+    check(
+        _int(ax.extent) == intrin.lanes,
+        f"axis {ax.name} has extent {ax.extent!r}; {st.intrin} covers {intrin.lanes} lanes",
+    )
+    check(
+        ax.annotation == "serial" and ax.thread is None,
+        f"axis {ax.name} is already {ax.thread or ax.annotation}",
+    )
+    return state.with_stage(stage._set_axis(replace(ax, intrin=st.intrin)))
+
+
 def _bind(state: State, st: Bind) -> State:
     stage = state.stage(st.stage)
     ax = _leaf(stage, st.axis)
@@ -458,6 +482,7 @@ _APPLY = {
     Reorder: _reorder,
     Annotate: _annotate,
     Bind: _bind,
+    Tensorize: _tensorize,
     ComputeAt: _compute_at,
     ComputeInline: _compute_inline,
     ComputeRoot: _compute_root,

@@ -30,6 +30,7 @@ __all__ = [
     "Reorder",
     "Split",
     "Step",
+    "Tensorize",
     "step_from_json",
 ]
 
@@ -102,6 +103,16 @@ class Bind(Step):
 
 
 @dataclass(frozen=True)
+class Tensorize(Step):
+    """Compute a loop and the reduction loop inside it as one tensor intrinsic."""
+
+    kind: ClassVar[str] = "tensorize"
+    stage: str
+    axis: str
+    intrin: str
+
+
+@dataclass(frozen=True)
 class ComputeAt(Step):
     """Compute ``stage`` inside loop ``axis`` of ``parent``, just the region needed there."""
 
@@ -154,6 +165,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         Reorder,
         Annotate,
         Bind,
+        Tensorize,
         ComputeAt,
         ComputeInline,
         ComputeRoot,

@@ -7,7 +7,8 @@ import numpy as np
 __all__ = ["DTYPES", "check_dtype", "is_float", "is_int", "numpy_dtype", "promote"]
 
 # Ordered from narrow to wide: promotion picks the later of two.
-DTYPES: tuple[str, ...] = ("bool", "int8", "int32", "int64", "float32", "float64")
+#: uint8 holds the unsigned operand of an int8 dot product (``tuner.lower.intrin``).
+DTYPES: tuple[str, ...] = ("bool", "int8", "uint8", "int32", "int64", "float32", "float64")
 
 
 def check_dtype(dtype: str, what: str) -> str:
@@ -22,7 +23,7 @@ def is_float(dtype: str) -> bool:
 
 
 def is_int(dtype: str) -> bool:
-    return dtype.startswith("int")
+    return dtype.startswith(("int", "uint"))
 
 
 def promote(a: str, b: str) -> str:

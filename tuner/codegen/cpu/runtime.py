@@ -20,6 +20,8 @@ from numba.np.numpy_support import carray
 __all__ = [
     "NoAliasCompiler",
     "carray",
+    "dot_u8s8_i32x8",
+    "dot_u8s8_i32x16",
     "erf32",
     "exp32",
     "load_acquire",
@@ -81,6 +83,55 @@ def load_acquire(typingctx, array, index):  # type: ignore[no-untyped-def]
         return builder.load_atomic(ptr, "acquire", 8)
 
     return types.int64(array, index), codegen
+
+
+def _dot_u8s8(lanes: int):  # type: ignore[no-untyped-def]
+    """``out[o:o+lanes] += [sum_q a[p+q] * b[r+4l+q] for l]`` as one ``vpdpbusd``.
+
+    ``a`` is read as 4 unsigned bytes broadcast to every lane, ``b`` as
+    ``lanes`` groups of 4 signed bytes; the sums wrap at 32 bits. Offsets are
+    element offsets into flat arrays (int32, uint8 and int8), unchecked: the
+    caller (``tuner.lower.intrin.match``) proved them in bounds.
+    """
+    name = f"llvm.x86.avx512.vpdpbusd.{32 * lanes}"
+
+    def typer(typingctx, out, o, a, p, b, r):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            vec = ir.VectorType(ir.IntType(32), lanes)
+            word = ir.IntType(32)
+
+            def address(i: int, pointee: ir.Type):  # type: ignore[no-untyped-def]
+                array = context.make_array(sig.args[i])(context, builder, args[i])
+                ptr = builder.gep(array.data, [args[i + 1]], inbounds=True)
+                return builder.bitcast(ptr, pointee.as_pointer())
+
+            acc_ptr = address(0, vec)
+            acc = builder.load(acc_ptr, align=4)
+            group = builder.load(address(2, word), align=1)
+            undef = ir.Constant(vec, ir.Undefined)
+            one = builder.insert_element(undef, group, ir.Constant(word, 0))
+            splat = builder.shuffle_vector(one, undef, ir.Constant(vec, [0] * lanes))
+            bytes_ = builder.load(address(4, vec), align=1)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vec, [vec, vec, vec]), name
+            )
+            builder.store(builder.call(fn, [acc, splat, bytes_]), acc_ptr, align=4)
+            return context.get_dummy_value()
+
+        want = (types.int32, types.uint8, types.int8)
+        arrays = (out, a, b)
+        if not all(
+            isinstance(x, types.Array) and x.dtype == d for x, d in zip(arrays, want, strict=True)
+        ):
+            return None
+        return types.void(out, o, a, p, b, r), codegen
+
+    typer.__name__ = f"dot_u8s8_i32x{lanes}"
+    return intrinsic(typer)
+
+
+dot_u8s8_i32x16 = _dot_u8s8(16)
+dot_u8s8_i32x8 = _dot_u8s8(8)
 
 
 @intrinsic

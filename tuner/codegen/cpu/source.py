@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...lower.extent import Ext, emax, mul, normal, symbol_ranges, upper
-from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Seq, Stmt, Store
+from ...lower.intrin import intrinsic, match
+from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Seq, Stmt, Store, Tensorized
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
@@ -66,11 +67,31 @@ class NumbaRenderer(NumbaSourceRenderer):
         return f"math.{e.name}({args})"
 
     def index(self, name: str, idx: tuple[Expr, ...]) -> str:
+        return f"np.uint64({self.expr(simplify(self._offset(name, idx)))})"
+
+    def _offset(self, name: str, idx: tuple[Expr, ...]) -> Expr:
+        """Element ``idx`` of buffer ``name`` as an offset into the array the kernel holds."""
         flat = self.flat_index(name, idx)
         if name in self.slots:
             var, size = self.slots[name]
             flat = flat + Var(var) * size
-        return f"np.uint64({self.expr(simplify(flat))})"
+        return flat
+
+    def visit_Tensorized(self, s: Tensorized) -> None:
+        """One call of the intrinsic's helper in ``runtime``, or the loops where they do not match."""
+        found = match(
+            intrinsic(s.intrin), s.loop, self._offset, lambda name: self.buffers[name].dtype
+        )
+        if isinstance(found, str):
+            if s.edge:
+                self.visit(s.loop)
+                return
+            raise ScheduleError(f"tensorize {s.intrin} at loop {s.loop.var}: {found}")
+        args = [
+            f"{buf}, np.uint64({self.expr(simplify(offset))})"
+            for buf, offset in (found.out, found.a, found.b)
+        ]
+        self.emit(f"{s.intrin}({', '.join(args)})")
 
     # -- statements --------------------------------------------------------
     def loop(self, s: For) -> None:

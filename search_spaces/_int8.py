@@ -1,0 +1,225 @@
+"""int8 matmul through the target's int8 dot product (x86 VNNI's ``vpdpbusd``).
+
+The instruction multiplies unsigned bytes by signed ones, four at a time, into
+int32 lanes (``tuner.lower.intrin``). A product of two signed int8 matrices
+reaches it by shifting A into the unsigned range and correcting with B's
+column sums::
+
+    A @ B = (A + 128) @ B - 128 * sum_k B[k, :]
+
+As stages (``Kp`` is K rounded up to whole groups of 4)::
+
+    Au[im, k4, ir, q]   = uint8(A[im MR + ir, 4 k4 + q] + 128), 0 past K   once, MR-row panels
+    Bp[jn, k4, jr, q]   = B[4 k4 + q, jn NR + jr], 0 past K   NC x KC at ko, NR-wide panels
+    Bs[j]               = sum_k int32(B[k, j])                once, before the nest
+    P[i, j]             = sum_k int32(Au[i / MR, k / 4, i % MR, k % 4])
+                               * int32(Bp[j / NR, k / 4, j % NR, k % 4])
+    C[i, j]             = P[i, j] - 128 * Bs[j]
+
+``P`` is the GotoBLAS nest of ``search_spaces._gemm`` with its reduction split
+into groups of 4 and its register tile's vectors tensorized: each step of a
+tile row is one ``vpdpbusd`` per vector, the 4 bytes of A broadcast and 64 of
+B (16 columns x 4 k) loaded from the panel. ``C`` reads each ``MC x NC``
+block of ``P`` back while it is in cache (:func:`_gemm.blocked_output`).
+B's zero padding makes the groups past K add nothing, whatever Au holds there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tuner import te
+from tuner.lower.intrin import dot_intrinsic, intrinsic
+from tuner.schedule import Schedule
+from tuner.target import Target
+from tuner.te import Tensor
+
+from ._gemm import (
+    _tile_cost,
+    accumulator_budget,
+    balanced_nc_tiles,
+    blocked_output,
+    kc_choices,
+    mr_choices,
+    nr_choices,
+    register_blocked,
+    tile_registers,
+)
+
+__all__ = ["DEPTH", "blocks_fit", "define", "dot_default", "schedule", "supported"]
+
+#: Bytes of A and B per int32 lane and step of the instruction.
+DEPTH = 4
+#: The shift that makes int8 values unsigned bytes.
+_SHIFT = 128
+
+
+def supported(target: Target) -> bool:
+    """Whether ``target`` has an int8 dot product as wide as its int32 vectors."""
+    return dot_intrinsic(target) is not None
+
+
+def padded(K: int) -> int:
+    return -(-K // DEPTH) * DEPTH
+
+
+def define(
+    M: int, N: int, K: int, mr: int, nr: int, trans_a: bool = False, trans_b: bool = False
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """``A``, ``B`` and the stages (``Au``, ``Bp``, ``Bs``, ``P``, ``C``) of the module docstring."""
+    A = te.placeholder((K, M) if trans_a else (M, K), "int8", name="A")
+    B = te.placeholder((N, K) if trans_b else (K, N), "int8", name="B")
+    Kp = padded(K)
+
+    def a_at(i: Any, k: Any) -> te.Expr:
+        return A[k, i] if trans_a else A[i, k]
+
+    def b_at(k: Any, j: Any) -> te.Expr:
+        return B[j, k] if trans_b else B[k, j]
+
+    def last(x: Any, n: int) -> te.Expr:
+        return te.minimum(x, n - 1)
+
+    def shifted(i: Any, k: Any) -> te.Expr:
+        return (a_at(i, k).astype("int32") + _SHIFT).astype("uint8")
+
+    # Guards only where K leaves a ragged group or N a ragged panel: a guarded copy runs
+    # scalar. Rows past M (in A's last panel) repeat its last row: no tile stores them.
+    def a_group(im: Any, k4: Any, ir: Any, q: Any) -> te.Expr:
+        i, k = last(im * mr + ir, M), k4 * DEPTH + q
+        if Kp == K:
+            return shifted(i, k)
+        return te.if_then_else(k < K, shifted(i, last(k, K)), te.const(0, "uint8"))
+
+    Au = te.compute((-(-M // mr), Kp // DEPTH, mr, DEPTH), a_group, name="Au")
+    panels = -(-N // nr)
+
+    def b_group(jn: Any, k4: Any, jr: Any, q: Any) -> te.Expr:
+        k, j = k4 * DEPTH + q, jn * nr + jr
+        if Kp == K and panels * nr == N:
+            return b_at(k, j)
+        inside = (k < K) & (j < N)
+        return te.if_then_else(inside, b_at(last(k, K), last(j, N)), te.const(0, "int8"))
+
+    Bp = te.compute((panels, Kp // DEPTH, nr, DEPTH), b_group, name="Bp")
+    r = te.reduce_axis(K, name="r")
+    Bs = te.compute((N,), lambda j: te.sum(b_at(r, j).astype("int32"), axis=r), name="Bs")
+    k = te.reduce_axis(Kp, name="k")
+    P = te.compute(
+        (M, N),
+        lambda i, j: te.sum(
+            Au[i // mr, k // DEPTH, i % mr, k % DEPTH].astype("int32")
+            * Bp[j // nr, k // DEPTH, j % nr, k % DEPTH].astype("int32"),
+            axis=k,
+        ),
+        name="P",
+    )
+    C = te.compute((M, N), lambda i, j: P[i, j] - _SHIFT * Bs[j], name="C")
+    return A, B, {"Au": Au, "Bp": Bp, "Bs": Bs, "P": P, "C": C}
+
+
+def blocks_fit(cfg: Mapping[str, Any], K: int) -> bool:
+    """KC is whole groups of 4 bytes, and ``k_unroll`` (in groups) divides every block."""
+    kc, unroll = int(cfg["kc"]), int(cfg.get("k_unroll", 1))
+    if kc % DEPTH:
+        return False
+    Kp = padded(K)
+    return unroll == 1 or (Kp % kc == 0 and (kc // DEPTH) % unroll == 0)
+
+
+#: Register tiles of the dot nest, rows x vectors, and their efficiency: each step loads
+#: the row's vectors of B once and broadcasts one group of A per row.
+_DOT_TILES = ((12, 2, 1.0), (8, 3, 1.0), (6, 4, 0.95), (4, 3, 0.8), (4, 2, 0.7))
+
+
+def dot_default(M: int, N: int, K: int, target: Target) -> dict[str, Any]:
+    """A tile of :data:`_DOT_TILES` that leaves the least work on edges, KC <= 1024 bytes.
+
+    At 1024^3 on two threads (AVX-512, 16 lanes), 12 x 32 with NC 128 and KC
+    1024 took 2.8 ms, 8 x 48 (whose panels do not divide 1024) 3.4 ms, 6 x 64
+    3.7. A panel of 1024 groups of 32 columns is 32 KiB, within L1.
+    """
+    lanes = target.lanes("int32")
+    budget = accumulator_budget(target)
+    tiles = [
+        (rows, vectors * lanes, e)
+        for rows, vectors, e in _DOT_TILES
+        if vectors * lanes in nr_choices(target)
+        and tile_registers(rows, vectors * lanes, lanes) <= budget
+        and rows in mr_choices(target)
+    ]
+    fitting = [t for t in tiles if t[0] <= M and t[1] <= 2 * N + lanes]
+    if fitting:
+        mr, nr, _ = min(fitting, key=lambda t: _tile_cost(M, N, *t))
+    else:
+        mr, nr = min(M, max(m for m in mr_choices(target) if m <= budget)), lanes
+    Kp = padded(K)
+    whole = [c for c in kc_choices(K) if c % DEPTH == 0]
+    single = [c for c in whole if Kp <= c <= 1024]
+    kc = min(single) if single else max(c for c in whole if c <= 512)
+    unroll = next((u for u in (2, 1) if blocks_fit({"kc": kc, "k_unroll": u}, K)), 1)
+    threads = target.threads or target.cores
+    return {
+        "mr": mr,
+        "nr": nr,
+        "kc": kc,
+        "k_unroll": unroll,
+        "mc_tiles": 16,
+        "nc_tiles": balanced_nc_tiles(N, nr, threads, widest=128),
+        "pack_b": True,
+        "pack_a": False,
+        "pack_a_at": "block",
+        "parallel": threads > 1,
+        "parallel_at": "cols",
+        "int8_dot": True,
+    }
+
+
+def schedule(
+    cfg: Mapping[str, Any],
+    M: int,
+    N: int,
+    K: int,
+    target: Target,
+    trans_a: bool = False,
+    trans_b: bool = False,
+) -> tuple[Schedule, list[Tensor]]:
+    """The nest of the module docstring for ``cfg`` (the matmul space's knobs)."""
+    intrin = dot_intrinsic(target)
+    if intrin is None:
+        raise ValueError(f"target {target} has no int8 dot product (int8_dot_bits)")
+    mr, nr = int(cfg["mr"]), int(cfg["nr"])
+    A, B, st = define(M, N, K, mr, nr, trans_a, trans_b)
+    Au, Bp, Bs, P, C = st["Au"], st["Bp"], st["Bs"], st["P"], st["C"]
+    s = te.create_schedule(C)
+    outer, nc, _ = blocked_output(s, C, P, cfg)
+    loops = register_blocked(s, P, cfg, nc=nc, dot=intrinsic(intrin))
+    # Integer code is vectorized by LLVM's SLP pass here (the kernel has register tiles),
+    # which needs straight-line code: one vector's lanes of the correction, and one
+    # 64-byte group of a panel (16 columns x 4 rows of B), unrolled in the source.
+    lanes = target.lanes("int32")
+    _, jvi = s[C].split(s[C].leaf_axes[-1], factor=lanes)
+    s[C].unroll(jvi)
+    s[Bp].compute_at(s[P], loops.ko)
+    *_, jr, q = s[Bp].op.axis
+    _, jri = s[Bp].split(jr, factor=lanes)
+    s[Bp].unroll(jri)
+    s[Bp].unroll(q)
+    im, *_, qa = s[Au].op.axis  # once for all column blocks, in row panels
+    s[Au].unroll(qa)
+    if cfg["parallel"]:
+        s[Au].parallel(im)
+    (j,) = s[Bs].op.axis
+    (r,) = s[Bs].op.reduce_axis
+    if not trans_b:  # B's rows are contiguous: sum them into a vector of columns
+        jo, ji = s[Bs].split(j, factor=16 * lanes)
+        s[Bs].reorder(jo, r, ji)
+        s[Bs].vectorize(ji)
+        if cfg["parallel"]:
+            s[Bs].parallel(jo)
+    elif cfg["parallel"]:
+        s[Bs].parallel(j)
+    if cfg["parallel"]:
+        s[C].parallel(outer[-1])
+    return s, [A, B, C]
