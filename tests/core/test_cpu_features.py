@@ -75,3 +75,29 @@ def test_strided_loops_vectorize_without_gathers_on_avx512() -> None:
     host = llvm.get_host_cpu_features().flatten()
     assert _python(STRIDED, NUMBA_CPU_FEATURES=host) == "gathers"  # what the preference avoids
     assert _python(STRIDED) == "contiguous"
+
+
+#: A contiguous loop that LLVM's loop vectorizer takes; the register width it picks shows
+#: in the assembly (``zmm`` at 512 bits, ``ymm`` where the tuning prefers 256).
+CONTIGUOUS = """
+import numba, numpy as np
+import tuner.codegen.cpu
+from numba.core import config
+from tuner.codegen.cpu.features import FULL_WIDTH
+config.SLP_VECTORIZE, config.LOOP_VECTORIZE = 0, 1
+
+@numba.njit(numba.void(numba.float32[::1], numba.float32[::1]), fastmath={"contract"},
+            error_model="numpy", boundscheck=False)
+def f(x, y):
+    for i in range(4096):
+        y[np.uint64(i)] = x[np.uint64(i)] * np.float32(2.0) + np.float32(1.0)
+
+asm = "\\n".join(f.inspect_asm().values())
+print("zmm" if "zmm" in asm else "narrower", FULL_WIDTH in (config.CPU_FEATURES or ""))
+"""
+
+
+@pytest.mark.skipif("avx512f" not in cpu_flags(), reason="needs AVX-512")
+def test_avx512_hosts_vectorize_at_full_width() -> None:
+    """LLVM's tuning for Intel's AVX-512 cores says 256 bits; the backend lifts it."""
+    assert _python(CONTIGUOUS) == "zmm True"
