@@ -39,6 +39,7 @@ WORKLOADS = {
     "matmul_512": "matmul M=512 N=512 K=512",
     "dense_relu": "dense batch=128 in_features=768 out_features=3072 bias=true activation=relu",
     "softmax": "softmax M=4096 N=1024",
+    "matmul_int8": "matmul M=1024 N=1024 K=1024 dtype=int8",
     # Tiny, for the tests.
     "matmul_small": "matmul M=24 N=20 K=17",
 }
@@ -132,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = p.parse_args(argv)
     if opts.log and not Path(opts.log).exists():
         raise SystemExit(f"no tuning log {opts.log}")
+    unknown = [w for w in opts.workloads.split(",") if w not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload {unknown[0]!r}; known: {', '.join(WORKLOADS)}")
     sys.path.insert(0, str(ROOT / "experiments"))
     from search_spaces import get_operator
 
