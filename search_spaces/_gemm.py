@@ -57,6 +57,7 @@ __all__ = [
     "output_stage",
     "pack_panels",
     "register_blocked",
+    "tile_cost",
     "tile_registers",
 ]
 
@@ -169,7 +170,7 @@ def accumulator_lanes(dtype: str, target: Target | None = None) -> int:
     return resolve(target).lanes(dtype)
 
 
-def _tile_cost(M: int, N: int, mr: int, nr: int, efficiency: float) -> float:
+def tile_cost(M: int, N: int, mr: int, nr: int, efficiency: float) -> float:
     """Rough time of covering M x N with MR x NR tiles, an edge tile costing 8 full ones.
 
     Edge tiles compute their whole tile (rows and columns past the edge are
@@ -226,7 +227,7 @@ def gemm_default(
     if not tiles:  # fewer than 16 registers: the most rows of the narrowest tile
         rows = [m for m in mr_choices(tgt) if tile_registers(m, widths[0], lanes) <= budget]
         tiles = [(max(rows, default=1), widths[0], 1.0)]
-    mr, nr, _ = min(tiles, key=lambda t: _tile_cost(M, N, *t))
+    mr, nr, _ = min(tiles, key=lambda t: tile_cost(M, N, *t))
     if nr > 2 * N + tgt.vector_lanes:  # wider than the matrix (see define_gemm_knobs)
         nr = widths[0]
     kc = -(-K // -(-K // 512))

@@ -36,7 +36,6 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from ._gemm import (
-    _tile_cost,
     accumulator_budget,
     balanced_nc_tiles,
     blocked_output,
@@ -44,6 +43,7 @@ from ._gemm import (
     mr_choices,
     nr_choices,
     register_blocked,
+    tile_cost,
     tile_registers,
 )
 
@@ -151,7 +151,7 @@ def dot_default(M: int, N: int, K: int, target: Target) -> dict[str, Any]:
     ]
     fitting = [t for t in tiles if t[0] <= M and t[1] <= 2 * N + lanes]
     if fitting:
-        mr, nr, _ = min(fitting, key=lambda t: _tile_cost(M, N, *t))
+        mr, nr, _ = min(fitting, key=lambda t: tile_cost(M, N, *t))
     else:
         mr, nr = min(M, max(m for m in mr_choices(target) if m <= budget)), lanes
     Kp = padded(K)

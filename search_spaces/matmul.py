@@ -272,7 +272,7 @@ def default_config(
         return int8_dot.dot_default(M, N, K, tgt)
     cfg = {**gemm_default(M, N, K, target, dtype), "pack_b": True, "parallel": True}
     cfg["pack_a"] = trans_a
-    cfg.update(_parallel_rows(M, N, K, cfg, resolve(target), dtype))
+    cfg.update(_parallel_rows(M, N, K, cfg, tgt, dtype))
     if epilogue != NONE:
         rows_per_block = int(cfg["mr"]) * int(cfg["mc_tiles"])
         cfg["epilogue_at"] = "panel" if rows_per_block >= M else "block"
