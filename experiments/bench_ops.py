@@ -78,6 +78,7 @@ SUITES: dict[str, dict[str, str]] = {
         "depthwise_conv2d": "depthwise_conv2d N=1 C=128 H=56 W=56 R=3 S=3 stride=1 pad=1",
         "max_pool2d": "max_pool2d N=1 C=64 H=112 W=112 kernel=3 stride=2 pad=1",
         "softmax": "softmax M=4096 N=1024",
+        "log_softmax": "log_softmax M=4096 N=1024",
         "layer_norm": "layer_norm M=4096 N=768",
         "elementwise_chain": "elementwise_chain n=16777216",
         "reduce_sum": "reduce_sum M=4096 N=4096",

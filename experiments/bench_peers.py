@@ -213,6 +213,26 @@ def np_softmax(a: Mapping[str, Any], x: np.ndarray) -> Peer:
     return run
 
 
+def np_log_softmax(a: Mapping[str, Any], x: np.ndarray) -> Peer:
+    y, m, s = (
+        np.empty_like(x),
+        np.empty((x.shape[0], 1), x.dtype),
+        np.empty((x.shape[0], 1), x.dtype),
+    )
+    e = np.empty_like(x)
+
+    def run() -> np.ndarray:
+        np.max(x, axis=1, keepdims=True, out=m)
+        np.subtract(x, m, out=y)
+        np.exp(y, out=e)
+        np.sum(e, axis=1, keepdims=True, out=s)
+        np.log(s, out=s)
+        np.subtract(y, s, out=y)
+        return y
+
+    return run
+
+
 def np_layer_norm(a: Mapping[str, Any], x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> Peer:
     n, eps = x.shape[1], np.float32(float(a.get("eps", 1e-5)))
     y, mean, var = (
@@ -266,6 +286,7 @@ NUMPY_PEERS: dict[str, Callable[..., Peer]] = {
     "depthwise_conv2d": np_depthwise,
     "max_pool2d": np_max_pool2d,
     "softmax": np_softmax,
+    "log_softmax": np_log_softmax,
     "layer_norm": np_layer_norm,
     "elementwise_chain": np_elementwise,
     "reduce_sum": np_reduce_sum,
@@ -312,6 +333,7 @@ def torch_fn(op: str, a: Mapping[str, Any]) -> Callable[..., Any]:
         ),
         "max_pool2d": lambda x: F.max_pool2d(x, a["kernel"], a["stride"] or a["kernel"], a["pad"]),
         "softmax": lambda x: torch.softmax(x, dim=1),
+        "log_softmax": lambda x: torch.log_softmax(x, dim=1),
         "layer_norm": lambda x, g, b: F.layer_norm(x, (x.shape[1],), g, b, float(a["eps"])),
         "elementwise_chain": lambda x, s, b, c: torch.relu(x * s + b) * c + torch.tanh(x),
         "reduce_sum": lambda x: x.sum(dim=a["axis"]),

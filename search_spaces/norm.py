@@ -184,6 +184,7 @@ def layer_norm_space(M: int, N: int, target: Target | None = None) -> ConfigSpac
     sp.define_knob("lanes", [1, 4, 8, 16, 32, 64, 128])
     sp.define_knob("reductions_at_row", [True, False])
     sp.define_knob("one_pass", [False, True], absent=False)
+    sp.define_knob("local_partials", [True, False], absent=False)
     sp.add_constraint(lambda c: c["rows_per_task"] <= M, "a task holds no more rows than M")
     sp.add_constraint(
         lambda c: c["col_split"] <= max(N, vector_lanes),
@@ -192,6 +193,10 @@ def layer_norm_space(M: int, N: int, target: Target | None = None) -> ConfigSpac
     sp.add_constraint(lambda c: c["lanes"] <= N, "no more reduction lanes than columns")
     sp.add_constraint(
         lambda c: not c["one_pass"] or isinstance(N, int), "one pass needs a constant row length"
+    )
+    sp.add_constraint(
+        lambda c: not (c["one_pass"] and c["local_partials"]),
+        "a tuple reduction's partials cannot live in registers",
     )
     return sp.freeze()
 
@@ -215,6 +220,7 @@ def layer_norm_default(M: int, N: int, target: Target | None = None) -> dict[str
     cfg = softmax.default_config(M, N, target=tgt)
     del cfg["exp_inline"]
     cfg["one_pass"] = isinstance(N, int)
+    cfg["local_partials"] = cfg["local_partials"] and not cfg["one_pass"]
     if N >= 64:
         cfg["col_split"] = min(64, 8 * tgt.lanes("float32"))
         cfg["lanes"] = 64

@@ -215,3 +215,37 @@ def test_fast_math_intrinsics_match_numpy() -> None:
         [sigmoid32(v) for v in x], 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6, atol=1e-30
     )
     np.testing.assert_allclose([erf32(v) for v in x], [erf(v) for v in x], atol=3e-7)
+
+
+def test_both_exp_scalings_match_numpy_in_vector_loops() -> None:
+    """exp32 scales by 2**n from exponent bits or with AVX-512's vscalefps (``exp32`` is the
+    host's); both, vectorized, agree with NumPy and keep the clamp's limits at the infinities."""
+
+    from tuner.codegen.cpu import runtime
+
+    x = np.concatenate(
+        [np.linspace(-87, 88, 4001), [-np.inf, np.inf, -1e4, 1e4, -88.0, 0.0]]
+    ).astype(np.float32)
+    lo, hi = np.float32(-87.33654), np.float32(88.72283)  # the clamp, in float32
+    want = np.exp(np.clip(x, lo, hi).astype(np.float64))
+    hosts = [runtime.exp32_bits]
+    if runtime.compiles_avx512():  # elsewhere vscalefps is a libm call per element
+        hosts.append(runtime.exp32_scalef)
+    for exp in hosts:
+        loop = _vector_loop(exp)
+        y = np.empty_like(x)
+        loop(x, y)
+        np.testing.assert_allclose(y, want, rtol=3e-7, atol=0)
+        assert np.all(np.isfinite(y))
+
+
+def _vector_loop(exp):  # type: ignore[no-untyped-def]
+    """``y[i] = exp(x[i])`` over arrays, compiled with the backend's FMA contraction."""
+    import numba
+
+    @numba.njit(fastmath={"contract"})
+    def loop(x, y):  # type: ignore[no-untyped-def]
+        for i in range(x.size):
+            y[i] = exp(x[i])
+
+    return loop

@@ -86,7 +86,7 @@ def test_space_rejects_bad_configs() -> None:
         )
     with pytest.raises(ValueError, match="no more rows than M"):
         softmax.config_space(3, 64, target=AVX2).validate(
-            {**softmax.default_config(64, 64, target=AVX2)}
+            {**softmax.default_config(64, 64, target=AVX2), "rows_per_task": 4}
         )
 
 

@@ -35,7 +35,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FULL_WIDTH", "NO_GATHER", "gather_preference", "prefer_no_gather"]
+__all__ = [
+    "FULL_WIDTH",
+    "NO_GATHER",
+    "compiles_avx512",
+    "gather_preference",
+    "prefer_no_gather",
+]
 
 #: The LLVM target features added to the host's.
 NO_GATHER = ("+prefer-no-gather", "+prefer-no-scatter")
@@ -74,3 +80,13 @@ def gather_preference() -> str:
     """``"no-gather"`` where Numba compiles with ``NO_GATHER``, else ``"host"``."""
     features = (_config().CPU_FEATURES or "").split(",")
     return "no-gather" if all(f in features for f in NO_GATHER) else "host"
+
+
+def compiles_avx512() -> bool:
+    """Whether Numba compiles for a CPU with AVX-512 (its set features, else the host's)."""
+    features = _config().CPU_FEATURES
+    if features is None:
+        import llvmlite.binding as llvm
+
+        features = llvm.get_host_cpu_features().flatten()
+    return "+avx512f" in features.split(",")

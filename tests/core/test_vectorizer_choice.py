@@ -1,0 +1,111 @@
+"""Which LLVM vectorizer a CPU kernel gets, and where its stack buffers are declared."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuner
+from search_spaces import reduce, softmax
+from tuner.codegen.cpu.backend import _dispatchers
+from tuner.target import Target, cpu_flags
+
+RNG = np.random.default_rng(5)
+TARGET = Target.from_name("cpu", num_threads=2)
+
+
+def _softmax(M: int, N: int, **knobs: object) -> tuner.OpKernel:
+    cfg = {**softmax.default_config(M, N, target=TARGET), **knobs}
+    s, args = softmax.schedule(cfg, M, N)
+    return tuner.build(s, args, target=TARGET)
+
+
+def test_long_local_lane_partials_keep_the_loop_vectorizer() -> None:
+    """64 local lanes are a vector loop, not a register block: with the SLP vectorizer alone
+    the exp loop beside them ran scalar. Declared once, at the top of the chunk function."""
+    kern = _softmax(37, 200, lanes=64, local_partials=True, rows_per_task=1)
+    assert "# vectorizer=loop " in kern.source
+    chunk = kern.source.split("def kernel_p0(lo_, hi_,", 1)[1]
+    first_loop = chunk.index("for i_o in range(lo_, hi_):")
+    assert 0 < chunk.index("X_max_part_local = carray(stack_empty(64,") < first_loop
+    assert chunk.count("X_max_part_local = carray(") == 1
+    x = RNG.standard_normal((37, 200)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    kern(x, y)
+    np.testing.assert_allclose(y, softmax.reference(x), rtol=1e-5, atol=1e-7)
+
+
+def test_short_local_lanes_are_a_register_block() -> None:
+    """8 local lanes: LLVM unrolls the loop before its loop vectorizer sees it, so SLP."""
+    cfg = {**reduce.default_config("sum", 64, 96, 1, TARGET), "local": True, "lanes": 8}
+    s, args = reduce.schedule(cfg, "sum", 64, 96, 1)
+    kern = tuner.build(s, args, target=TARGET)
+    assert "# vectorizer=slp " in kern.source
+    x = RNG.standard_normal((64, 96)).astype(np.float32)
+    y = np.empty(64, np.float32)
+    kern(x, y)
+    np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_parallel_scratch_is_a_slot_per_chunk() -> None:
+    """Each thread reuses the slot of its chunk's first iteration; any task count is right."""
+    for M in (1, 2, 7, 64):
+        kern = _softmax(M, 130, rows_per_task=1, exp_inline=False)
+        assert "(1, 130)" not in kern.source  # flattened
+        assert "* lo_)" in kern.source
+        x = RNG.standard_normal((M, 130)).astype(np.float32) * 10
+        y = np.full_like(x, np.nan)
+        kern(x, y)
+        np.testing.assert_allclose(y, softmax.reference(x), rtol=1e-5, atol=1e-7)
+
+
+def _tile_matmul(M: int, N: int, mr: int, nr: int) -> tuple[tuner.Schedule, list[tuner.te.Tensor]]:
+    """C = A @ B (M x N x 29) with an ``mr x nr`` register tile."""
+    from tuner import te
+
+    K = 29
+    A = te.placeholder((M, K), "float32", name="A")
+    B = te.placeholder((K, N), "float32", name="B")
+    k = te.reduce_axis(K, name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, mr, nr)
+    s[C].reorder(io, jo, s[C].op.reduce_axis[0], ii, ji)
+    CL = s.cache_write(C, "local")
+    s[CL].compute_at(s[C], jo)
+    s[C].vectorize(ji)
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("nr", [48, 64, 40])
+def test_a_tile_row_longer_than_llvm_unrolls_is_cut_into_short_simd_loops(
+    nr: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A register tile's SIMD row of more than 32 lanes is rendered as loops of at most 32:
+    left whole, LLVM unrolled it only after its vectorizers and the tile ran as scalar FMAs."""
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))  # compiled here, so its asm is known
+    for M, N in ((37, 101), (8, 2 * nr)):  # no tile divides the first; the second has no edge
+        s, args = _tile_matmul(M, N, 4, nr)
+        kern = tuner.build(s, args, target=TARGET)
+        assert "# vectorizer=slp " in kern.source
+        update = kern.source.split("for k in range(29):")[1].split("for i in range(4):")[0]
+        assert f"in range({nr}):" not in update
+        assert "in range(32):" in update
+        a = RNG.standard_normal((M, 29)).astype(np.float32)
+        b = RNG.standard_normal((29, N)).astype(np.float32)
+        c = np.full((M, N), np.nan, np.float32)
+        kern(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    if "fma" not in cpu_flags():
+        return
+    # The full tiles' FMAs (an edge tile's bounded rows may stay scalar; here there is none).
+    module = sys.modules[kern._fn.__module__]
+    asm = "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
+    packed = re.findall(r"\bvfmadd\d+ps\b", asm)
+    scalar = re.findall(r"\bvfmadd\d+ss\b", asm)
+    assert packed and not scalar, (len(packed), len(scalar))
