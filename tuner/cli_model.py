@@ -1,7 +1,8 @@
-"""The ``tuner compile`` and ``tuner run`` commands: whole ONNX models.
+"""The ``tuner compile``, ``tuner run`` and ``tuner profile`` commands: whole ONNX models.
 
 tuner compile model.onnx --log tune.jsonl --shape data=8,3,224,224
 tuner run model.onnx --log tune.jsonl --repeat 50 --compare onnxruntime
+tuner profile model.onnx --compare onnxruntime --csv layers.csv
 """
 
 from __future__ import annotations
@@ -114,6 +115,65 @@ def cmd_run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(ns: argparse.Namespace) -> int:
+    """Each kernel's time and share, beside onnxruntime's time for the same nodes."""
+    from rich.console import Console
+
+    from .model.profile import join, onnxruntime_profile
+
+    console = Console(soft_wrap=True)
+    mod = _compile(ns, console)
+    if not mod.plans:
+        raise ValueError("the model has symbolic input dimensions: give them with --shape")
+    feeds = _inputs(mod, ns.seed)
+    df = mod.profile(feeds, repeat=ns.repeat)
+    if ns.compare == "onnxruntime":
+        try:
+            ort = onnxruntime_profile(ns.model, feeds, mod.target.threads, ns.repeat)
+        except ImportError:
+            console.print("onnxruntime is not installed (pip install onnxruntime): ours alone")
+        else:
+            df = join(df, ort)
+    if ns.csv is not None:
+        df.to_csv(ns.csv, index=False)
+    console.print(profile_table(df, ns.top), highlight=False, markup=False)
+    return 0
+
+
+def profile_table(df: Any, top: int) -> str:
+    """The ``top`` slowest kernels (and onnxruntime's own nodes), then both totals."""
+    has_ort = "ort_ms" in df.columns
+    head = f"{'ms':>9} {'share':>6}  {'schedule':<8}"
+    head += f" {'ort ms':>9} {'speed':>7}" if has_ort else ""
+    lines = [f"{head}  {'ops':<24} {'shape':<16} nodes"]
+    order = df.sort_values(["ms", "ort_ms"] if has_ort else ["ms"], ascending=False)
+    for _, r in order.head(top).iterrows():
+        ours = r["ms"] == r["ms"]  # not NaN: a kernel of ours (else onnxruntime's own node)
+        line = (
+            f"{r['ms']:>9.3f} {100 * r['share']:>5.1f}%  {r['schedule']:<8}"
+            if ours
+            else f"{'-':>9} {'-':>6}  {'-':<8}"
+        )
+        if has_ort:
+            ort = r["ort_ms"]
+            speed = _speed(r["speed"]) if ours and ort == ort else "-"
+            line += f" {ort:>9.3f} {speed:>7}" if ort == ort else f" {'-':>9} {'-':>7}"
+        nodes = str(r["nodes"])
+        lines.append(f"{line}  {str(r['ops'])[:24]:<24} {str(r['shape'])[:16]:<16} {nodes[:60]}")
+    total = f"total: {df['ms'].sum():.3f} ms in {int(df['ms'].notna().sum())} kernels"
+    if has_ort:
+        ort_total = df["ort_ms"].sum()
+        total += f"; onnxruntime {ort_total:.3f} ms ({_speed(ort_total / df['ms'].sum())})"
+    return "\n".join([*lines, total])
+
+
+def _speed(ratio: float) -> str:
+    """A speed ratio people read: ``3.2x faster`` or ``20x slower``."""
+    if ratio >= 1:
+        return f"{ratio:.2g}x faster" if ratio >= 1.005 else "even"
+    return f"{1 / ratio:.2g}x slower"
+
+
 def _ort_session(model: Path, threads: int) -> Any:
     try:
         import onnxruntime as ort
@@ -136,6 +196,7 @@ def add_commands(sub: Any, positive: Any) -> None:
     for name, func, help_text in (
         ("compile", cmd_compile, "import, fuse and build an ONNX model; print its tasks"),
         ("run", cmd_run, "compile an ONNX model, run and time it (beside onnxruntime)"),
+        ("profile", cmd_profile, "each kernel's time and share (beside onnxruntime's nodes)"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("model", type=Path, help="an .onnx file")
@@ -149,8 +210,11 @@ def add_commands(sub: Any, positive: Any) -> None:
         )
         p.add_argument("--target", default="cpu")
         p.add_argument("--threads", type=positive(int), default=None, help="default: all cores")
-        if name == "run":
+        if name in ("run", "profile"):
             p.add_argument("--repeat", type=positive(int), default=20, help="timed rounds")
             p.add_argument("--compare", choices=["onnxruntime"], default=None)
             p.add_argument("--seed", type=int, default=0)
+        if name == "profile":
+            p.add_argument("--csv", type=Path, default=None, help="write every row here")
+            p.add_argument("--top", type=positive(int), default=25, help="rows shown")
         p.set_defaults(func=func)
