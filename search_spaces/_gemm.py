@@ -255,7 +255,7 @@ def blocks(n: int, size: int) -> list[int]:
     return [min(size, n - lo) for lo in range(0, n, size)]
 
 
-def balanced_nc_tiles(N: int, nr: int, threads: int, widest: int = 256) -> int:
+def balanced_nc_tiles(N: int, nr: int, threads: int, widest: int = 256, narrowest: int = 0) -> int:
     """NC / NR for a nest whose ``jo`` loop (N / NC blocks) runs in parallel: the widest
     block of at most ``widest`` columns that leaves no thread with more columns than
     narrower blocks would.
@@ -265,6 +265,10 @@ def balanced_nc_tiles(N: int, nr: int, threads: int, widest: int = 256) -> int:
     product of a ResNet-50 3 x 3 convolution as a matmul, 256 x 196 x 2304, took
     3.76 ms with NC 256 and 2.10 with NC 16 on two threads; 2048 x 49 x 512 took
     1.59 ms with NC 256 and 0.92 with NC 32.
+
+    ``narrowest``: no block narrower than this many columns where wider ones
+    still give every thread a block, for a nest whose epilogue reads each
+    block back (see ``matmul.default_config``).
     """
     from tuner.codegen.cpu.threads import chunks
 
@@ -274,6 +278,8 @@ def balanced_nc_tiles(N: int, nr: int, threads: int, widest: int = 256) -> int:
         return max(sum(cols[a:b]) for a, b in chunks(len(cols), max(1, threads)))
 
     fits = [t for t in (1, 2, 4, 8, 16) if t == 1 or t * nr <= widest]
+    wide = [t for t in fits if t * nr >= narrowest and -(-N // (t * nr)) >= threads]
+    fits = wide or fits
     least = min(busiest(t) for t in fits)
     return max(t for t in fits if busiest(t) == least)
 

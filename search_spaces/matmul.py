@@ -70,6 +70,7 @@ from ._gemm import (
     Packing,
     accumulator_budget,
     accumulator_lanes,
+    balanced_nc_tiles,
     blocked_output,
     blocks,
     busiest_share,
@@ -276,7 +277,22 @@ def default_config(
     if epilogue != NONE:
         rows_per_block = int(cfg["mr"]) * int(cfg["mc_tiles"])
         cfg["epilogue_at"] = "panel" if rows_per_block >= M else "block"
+        if cfg.get("parallel_at", "cols") == "cols":
+            threads = tgt.threads or int(tgt.get("cores", 1))
+            cfg["nc_tiles"] = balanced_nc_tiles(
+                N, int(cfg["nr"]), threads, narrowest=_EPILOGUE_BLOCK_COLUMNS
+            )
     return cfg
+
+
+#: The narrowest column block of a nest whose epilogue reads it back (default config): an
+#: epilogue over blocks one 32-column panel wide (128 bytes of each row of the output and
+#: the residual) ran at a third of the nest's speed on two threads, and slower than on
+#: one (512 x 784 x 128, bias, residual and relu on the rows, AMD Zen 4, 6 x 32 tiles,
+#: 96-row blocks: 2.30 ms on two threads, 1.55 on one; two panels a block: 0.86 and
+#: 1.46; without the epilogue one panel was as fast as two). Blocks of 48 columns
+#: (one panel of a 4 x 48 tile) kept their speed.
+_EPILOGUE_BLOCK_COLUMNS = 48
 
 
 def schedule(
@@ -333,7 +349,9 @@ def _parallel_rows(
     7 x 7 or 14 x 14 image), K one block (B is packed before the parallel loop, by one
     thread). Two threads, bias and clip on the rows, rows against columns: 1280 x 49 x 320
     0.53 against 0.61 ms, 576 x 196 x 96 0.32 against 0.41; with K = 4608 (9 blocks of B
-    packed serially) rows lost, 3.1 against 2.5.
+    packed serially) rows lost, 3.1 against 2.5. The row blocks are the size that shares
+    the rows out most evenly: 256 rows of 6-row tiles in blocks of 96 left one thread
+    two blocks of three, as column blocks of 128 over 196 columns did.
     """
     threads = target.threads or int(target.get("cores", 1))
     if threads < 2 or cfg.get("pack_a"):
@@ -347,11 +365,17 @@ def _parallel_rows(
     if cover * nr > 256 or int(cfg["kc"]) < K:
         return {}  # B's one panel block is packed by one thread: cheap only when small
     by_cols = busiest_share(blocks(N, nr * int(cfg["nc_tiles"])), threads)
-    by_rows = busiest_share(blocks(M, mr * int(cfg["mc_tiles"])), threads)
-    if by_rows >= by_cols - 0.05:
+    # The row block that shares the rows out most evenly (the largest of equals).
+    shares = {t: busiest_share(blocks(M, mr * t), threads) for t in _ROW_BLOCK_TILES}
+    mc_tiles = min(shares, key=lambda t: (shares[t], -t))
+    if shares[mc_tiles] >= by_cols - 0.05:
         return {}
     tiles = next(t for t in (1, 2, 4, 8, 16) if t * nr >= N or t == 16)
-    return {"parallel_at": "rows", "nc_tiles": tiles}
+    return {"parallel_at": "rows", "nc_tiles": tiles, "mc_tiles": mc_tiles}
+
+
+#: Row blocks the parallel-rows default chooses among, in register tiles (MC / MR).
+_ROW_BLOCK_TILES = (4, 8, 16, 24, 32)
 
 
 #: The row block of :func:`_row_blocks_over_narrow_columns`: 32 tiles of 4 rows.

@@ -9,6 +9,7 @@ import tuner
 from search_spaces import OperatorError, get_operator, matmul
 from tuner.lower.ir import Alloc, For, Stmt
 from tuner.lower.visitor import walk_stmts
+from tuner.target import Target
 from tuner.te.expr import Const
 
 from ..core.ops import chunked
@@ -337,3 +338,51 @@ def test_a_few_hundred_columns_over_many_rows_take_128_row_blocks(
     out = np.full(tensors[-1].shape_ints, 7, np.float32)
     tuner.build(s, tensors, target=two)(*inputs, out)
     np.testing.assert_allclose(out, op.reference(*inputs, **args), rtol=1e-4, atol=1e-5)
+
+
+_SHAPES_OF_MODELS = [
+    (m, n, k)
+    for m in (24, 64, 160, 256, 512, 2048)
+    for n in (1, 7, 49, 169, 196, 784, 3025, 3136)
+    for k in (27, 64, 147, 576)
+]
+
+
+@pytest.mark.parametrize("lanes,registers", [(8, 16), (16, 32)])
+def test_epilogue_blocks_are_wider_than_one_narrow_panel(lanes: int, registers: int) -> None:
+    """With a fused epilogue, column blocks run in parallel are at least 48 columns wide
+    wherever a wider block still leaves every thread a block (one 32-column panel a block
+    ran at a third of the nest's speed on two threads); no block is wider than 256."""
+    from search_spaces._gemm import blocks
+    from search_spaces.matmul import _EPILOGUE_BLOCK_COLUMNS
+
+    two = Target.make("cpu", vector_lanes=lanes, vector_registers=registers, threads=2)
+    for m, n, k in _SHAPES_OF_MODELS:
+        cfg = matmul.default_config(m, n, k, target=two, epilogue="add@c;relu")
+        if cfg.get("parallel_at", "cols") != "cols":
+            continue
+        width, nr = int(cfg["nc_tiles"]) * int(cfg["nr"]), int(cfg["nr"])
+        assert width <= max(256, nr), (m, n, k, cfg)
+        if width < _EPILOGUE_BLOCK_COLUMNS:
+            wider = [w for w in (2 * width, 4 * width) if w >= _EPILOGUE_BLOCK_COLUMNS]
+            assert all(len(blocks(n, w)) < 2 for w in wider), (m, n, k, cfg)
+
+
+@pytest.mark.parametrize("lanes,registers", [(8, 16), (16, 32)])
+def test_row_blocks_share_the_rows_out_most_evenly(lanes: int, registers: int) -> None:
+    """Where the default runs row blocks in parallel, no other row block of its choices
+    would give the busiest of two threads fewer rows."""
+    from search_spaces._gemm import blocks, busiest_share
+    from search_spaces.matmul import _ROW_BLOCK_TILES, _WHOLE_ROWS_TILES
+
+    two = Target.make("cpu", vector_lanes=lanes, vector_registers=registers, threads=2)
+    seen = 0
+    for m, n, k in _SHAPES_OF_MODELS:
+        cfg = matmul.default_config(m, n, k, target=two, epilogue="add@c")
+        if cfg.get("parallel_at") != "rows" or cfg["mc_tiles"] == _WHOLE_ROWS_TILES:
+            continue
+        seen += 1
+        mr = int(cfg["mr"])
+        share = busiest_share(blocks(m, mr * int(cfg["mc_tiles"])), 2)
+        assert share <= min(busiest_share(blocks(m, mr * t), 2) for t in _ROW_BLOCK_TILES)
+    assert seen, "some shape of the grid runs row blocks"
