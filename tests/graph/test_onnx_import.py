@@ -115,6 +115,13 @@ def test_shapes_fix_the_batch() -> None:
     assert_same(model, {"x": np.ones((5, 3, 4), np.float32)}, shapes={"x": (5, 3, 4)})
 
 
+def test_shapes_name_a_symbol_by_its_value() -> None:
+    """``{"N": 5}`` (or the command line's one-value ``N=5``) gives the symbol its value."""
+    for shapes in ({"N": 5}, {"N": (5,)}, {"N": np.int64(5)}, {"x": (5, 3, 4), "N": 5}):
+        g = from_onnx(movement_model(batch="N"), shapes=shapes)
+        assert g.value("x").shape == (5, 3, 4) and g.value("y").shape == (5, 11)
+
+
 def test_unknown_extents() -> None:
     """An unnamed input extent becomes a symbol that inference carries; ``shapes`` can fix it."""
     g = from_onnx(movement_model(batch=None))
@@ -141,7 +148,15 @@ def test_uninferable_rank_names_the_value_and_node() -> None:
 @pytest.mark.parametrize(
     ("shapes", "message"),
     [
-        ({"z": (1, 3, 4)}, r"shapes names 'z', which is not a graph input \(inputs: x\)"),
+        (
+            {"z": (1, 3, 4)},
+            r"shapes names 'z', which is neither a graph input nor a symbol of one"
+            r" \(inputs: x; symbols: N\)",
+        ),
+        ({"N": 0}, "shapes gives symbol 'N' the value 0; it must be positive"),
+        ({"N": (2, 3)}, "shapes gives symbol 'N' \\(2, 3\\); a symbol takes one value"),
+        ({"x": 5}, "shapes gives input 'x' 5; an input takes its whole shape"),
+        ({"x": (5, 3, 4), "N": 6}, "shapes gives symbol 'N' two values: 5 and 6"),
         ({"x": (1, 3)}, r"input 'x' has rank 3, but shapes gives 2 extents \(1, 3\)"),
         ({"x": (1, 5, 4)}, "input 'x' has extent 3 in dimension 1, but shapes gives 5"),
         ({"x": (0, 3, 4)}, "they must be positive"),

@@ -46,7 +46,10 @@ def test_model_mistakes_are_one_line(block, tmp_path, capsys):
         (["compile", str(garbage)], ""),
         (["compile", str(unknown)], "unsupported operator Unique (node 'Unique_0', opset 17)"),
         (["compile", str(block), "--shape", "x=2,3"], "input 'x' has rank 4"),
-        (["compile", str(block), "--shape", "y=2,3,7,7"], "not a graph input"),
+        (
+            ["compile", str(block), "--shape", "y=2,3,7,7"],
+            "neither a graph input nor a symbol of one",
+        ),
         (["compile", str(block), "--shape", "x=2,three"], "--shape takes NAME=D1,D2,..."),
         (["run", str(block)], "symbolic input dimensions"),
         (

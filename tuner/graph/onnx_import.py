@@ -64,7 +64,7 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 def from_onnx(
     model: str | os.PathLike[str] | onnx.ModelProto,
-    shapes: Mapping[str, Sequence[int]] | None = None,
+    shapes: Mapping[str, Sequence[int] | int] | None = None,
 ) -> Graph:
     """The model as a graph; GraphError (one sentence) for anything this compiler cannot take."""
     proto = _load(model)
@@ -168,16 +168,45 @@ def _convert(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         ) from None
 
 
-def _fix_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
-    """Give the named inputs' symbolic or unknown extents the values in ``shapes`` (in place)."""
+def _fix_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int] | int]) -> None:
+    """Give symbolic or unknown extents the values in ``shapes`` (in place): an input's name
+    with its whole shape (``{"input": (8, 3, 224, 224)}``), or a symbol's name with its
+    value (``{"batch": 8}``), as the model's inputs declare it."""
     graph = proto.graph
     inits = {t.name for t in graph.initializer}
     inputs = {i.name: i for i in graph.input if i.name not in inits}
+    declared = {
+        d.dim_param
+        for i in inputs.values()
+        for d in i.type.tensor_type.shape.dim
+        if d.WhichOneof("value") == "dim_param"
+    }
     symbols: dict[str, int] = {}
     for name, dims in shapes.items():
+        if name not in inputs and name in declared and not isinstance(dims, int | np.integer):
+            dims = _one_value(name, dims)  # the command line's --shape batch=8
+        if name not in inputs and name in declared and isinstance(dims, int | np.integer):
+            if isinstance(dims, bool) or dims < 1:
+                raise GraphError(
+                    f"shapes gives symbol {name!r} the value {dims!r}; it must be positive"
+                )
+            if symbols.setdefault(name, int(dims)) != int(dims):
+                raise GraphError(
+                    f"shapes gives symbol {name!r} two values: {symbols[name]} and {int(dims)}"
+                )
+            continue
         if name not in inputs:
             known = ", ".join(inputs) or "none"
-            raise GraphError(f"shapes names {name!r}, which is not a graph input (inputs: {known})")
+            syms = f"; symbols: {', '.join(sorted(declared))}" if declared else ""
+            raise GraphError(
+                f"shapes names {name!r}, which is neither a graph input nor a symbol of one"
+                f" (inputs: {known}{syms})"
+            )
+        if isinstance(dims, int | np.integer | str):
+            raise GraphError(
+                f"shapes gives input {name!r} {dims!r}; an input takes its whole shape,"
+                " a sequence of extents"
+            )
         values = tuple(dims)
         if not all(isinstance(d, int | np.integer) and d > 0 for d in values):
             raise GraphError(f"shapes gives input {name!r} extents {values}; they must be positive")
@@ -209,6 +238,18 @@ def _fix_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> 
         for dim in info.type.tensor_type.shape.dim:
             if dim.WhichOneof("value") == "dim_param" and dim.dim_param in symbols:
                 dim.dim_value = symbols[dim.dim_param]
+
+
+def _one_value(symbol: str, dims: Any) -> int:
+    try:
+        (value,) = tuple(dims)
+    except (TypeError, ValueError):
+        raise GraphError(
+            f"shapes gives symbol {symbol!r} {dims!r}; a symbol takes one value"
+        ) from None
+    if not isinstance(value, int | np.integer):
+        raise GraphError(f"shapes gives symbol {symbol!r} {dims!r}; a symbol takes one value")
+    return int(value)
 
 
 def _name_unknown_extents(proto: onnx.ModelProto) -> None:

@@ -172,7 +172,7 @@ def _static_shapes(graph: Graph) -> Graph:
 
 
 def cache_key(
-    source: Any, shapes: Mapping[str, Sequence[int]] | None, target: Target, fuse: bool
+    source: Any, shapes: Mapping[str, Sequence[int] | int] | None, target: Target, fuse: bool
 ) -> str | None:
     """The cache key of compiling the model file ``source`` so; None for an in-memory model.
 
@@ -186,7 +186,10 @@ def cache_key(
         h = hashlib.sha256(Path(source).read_bytes())
     except OSError:
         return None
-    given = sorted((k, [int(d) for d in v]) for k, v in (shapes or {}).items())
+    given = sorted(
+        (k, [int(v)] if isinstance(v, int) else [int(d) for d in v])
+        for k, v in (shapes or {}).items()
+    )
     parts = [h.hexdigest(), json.dumps(given), target.fingerprint, str(target.threads)]
     parts += [str(fuse), code_fingerprint()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]

@@ -63,7 +63,7 @@ def compile_model(
     model: str | os.PathLike[str] | Any,
     log: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     *,
-    shapes: Mapping[str, Sequence[int]] | None = None,
+    shapes: Mapping[str, Sequence[int] | int] | None = None,
     target: str | Target = "cpu",
     fuse: bool = True,
     dynamic: str = "specialize",
@@ -73,7 +73,9 @@ def compile_model(
     """Compile an ONNX model (a path or an ``onnx.ModelProto``) into a runnable module.
 
     ``log``: tuning logs (a file, a list, or a folder) whose best records the
-    kernels use. ``shapes`` gives symbolic input dimensions their values.
+    kernels use. ``shapes`` gives symbolic input dimensions their values: an
+    input's name with its whole shape (``{"input": (8, 3, 224, 224)}``) or a
+    symbol's name with its value (``{"batch": 8}``).
     ``fuse=False`` builds one kernel per operator (the unfused baseline).
     ``dynamic``, ``bounds`` and ``buckets``: how symbolic dimensions are
     served (the module's docstring).
