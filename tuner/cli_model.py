@@ -77,16 +77,21 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(ns: argparse.Namespace) -> int:
+def _compiled(ns: argparse.Namespace) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The console, the module compiled as ``ns`` says, and seeded inputs for it."""
     from rich.console import Console
-
-    from .measure.interleave import interleaved, medians
 
     console = Console(soft_wrap=True)
     mod = _compile(ns, console)
     if not mod.plans:
         raise ValueError("the model has symbolic input dimensions: give them with --shape")
-    feeds = _inputs(mod, ns.seed)
+    return console, mod, _inputs(mod, ns.seed)
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from .measure.interleave import interleaved, medians
+
+    console, mod, feeds = _compiled(ns)
     outs = mod.run(feeds)
     fns = {"tuner": lambda: mod.run(feeds)}
     if ns.compare == "onnxruntime":
@@ -117,15 +122,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 def cmd_profile(ns: argparse.Namespace) -> int:
     """Each kernel's time and share, beside onnxruntime's time for the same nodes."""
-    from rich.console import Console
-
     from .model.profile import join, onnxruntime_profile
 
-    console = Console(soft_wrap=True)
-    mod = _compile(ns, console)
-    if not mod.plans:
-        raise ValueError("the model has symbolic input dimensions: give them with --shape")
-    feeds = _inputs(mod, ns.seed)
+    console, mod, feeds = _compiled(ns)
     df = mod.profile(feeds, repeat=ns.repeat)
     if ns.compare == "onnxruntime":
         try:
