@@ -354,7 +354,7 @@ def test_epilogue_blocks_are_wider_than_one_narrow_panel(lanes: int, registers: 
     wherever a wider block still leaves every thread a block (one 32-column panel a block
     ran at a third of the nest's speed on two threads); no block is wider than 256."""
     from search_spaces._gemm import blocks
-    from search_spaces.matmul import _EPILOGUE_BLOCK_COLUMNS
+    from search_spaces._matmul_parallel import EPILOGUE_BLOCK_COLUMNS
 
     two = Target.make("cpu", vector_lanes=lanes, vector_registers=registers, threads=2)
     for m, n, k in _SHAPES_OF_MODELS:
@@ -363,8 +363,8 @@ def test_epilogue_blocks_are_wider_than_one_narrow_panel(lanes: int, registers: 
             continue
         width, nr = int(cfg["nc_tiles"]) * int(cfg["nr"]), int(cfg["nr"])
         assert width <= max(256, nr), (m, n, k, cfg)
-        if width < _EPILOGUE_BLOCK_COLUMNS:
-            wider = [w for w in (2 * width, 4 * width) if w >= _EPILOGUE_BLOCK_COLUMNS]
+        if width < EPILOGUE_BLOCK_COLUMNS:
+            wider = [w for w in (2 * width, 4 * width) if w >= EPILOGUE_BLOCK_COLUMNS]
             assert all(len(blocks(n, w)) < 2 for w in wider), (m, n, k, cfg)
 
 
@@ -373,16 +373,16 @@ def test_row_blocks_share_the_rows_out_most_evenly(lanes: int, registers: int) -
     """Where the default runs row blocks in parallel, no other row block of its choices
     would give the busiest of two threads fewer rows."""
     from search_spaces._gemm import blocks, busiest_share
-    from search_spaces.matmul import _ROW_BLOCK_TILES, _WHOLE_ROWS_TILES
+    from search_spaces._matmul_parallel import ROW_BLOCK_TILES, WHOLE_ROWS_TILES
 
     two = Target.make("cpu", vector_lanes=lanes, vector_registers=registers, threads=2)
     seen = 0
     for m, n, k in _SHAPES_OF_MODELS:
         cfg = matmul.default_config(m, n, k, target=two, epilogue="add@c")
-        if cfg.get("parallel_at") != "rows" or cfg["mc_tiles"] == _WHOLE_ROWS_TILES:
+        if cfg.get("parallel_at") != "rows" or cfg["mc_tiles"] == WHOLE_ROWS_TILES:
             continue
         seen += 1
         mr = int(cfg["mr"])
         share = busiest_share(blocks(m, mr * int(cfg["mc_tiles"])), 2)
-        assert share <= min(busiest_share(blocks(m, mr * t), 2) for t in _ROW_BLOCK_TILES)
+        assert share <= min(busiest_share(blocks(m, mr * t), 2) for t in ROW_BLOCK_TILES)
     assert seen, "some shape of the grid runs row blocks"
