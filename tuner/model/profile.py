@@ -96,14 +96,11 @@ def onnxruntime_profile(
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-        optimized = onnx.load(opts.optimized_model_filepath, load_external_data=False)
-        sess.run(None, dict(feeds))  # warm: first-run allocations stay out of the figures
         opts.enable_profiling = True
         opts.profile_file_prefix = str(Path(tmp) / "ort")
-        opts.optimized_model_filepath = ""
         sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-        for _ in range(repeat + 1):
+        optimized = onnx.load(opts.optimized_model_filepath, load_external_data=False)
+        for _ in range(repeat + 1):  # the first run warms up: its samples are dropped
             sess.run(None, dict(feeds))
         events = json.loads(Path(sess.end_profiling()).read_text())
     samples: dict[str, list[float]] = {}
@@ -115,7 +112,7 @@ def onnxruntime_profile(
         node = name[: -len("_kernel_time")]
         samples.setdefault(node, []).append(float(e["dur"]) / 1e3)
         ops[node] = str(e.get("args", {}).get("op_name", ""))
-    ms = {n: statistics.median(s[1:] or s) for n, s in samples.items()}  # the first: warm-up
+    ms = {n: statistics.median(s[1:] or s) for n, s in samples.items()}
     producers = {o: n.name for n in onnx.load(str(model)).graph.node for o in n.output}
     origin = {}
     for node in optimized.graph.node:
