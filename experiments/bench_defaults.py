@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from bench_peers import NUMPY_PEERS, torch_fn  # noqa: E402
 
+from search_spaces.conv2d import Conv2d  # noqa: E402
 from tuner.measure.interleave import interleaved, medians  # noqa: E402
 from tuner.target import Target  # noqa: E402
 from tuner.task import Task  # noqa: E402
@@ -148,6 +149,9 @@ def _peer(task: Task, inputs: list[np.ndarray], threads: int) -> tuple[str, Call
         else:
             torch.set_num_threads(threads)
             fn = torch_fn(op, {**args, "activation": "none"})
+            if op == "conv2d":  # PyTorch's weight layout, packed before the timing
+                w = np.ascontiguousarray(Conv2d.from_args(args).oihw(inputs[1]))
+                inputs = [inputs[0], w, *inputs[2:]]
             ts = [torch.from_numpy(x) for x in inputs[:2]]
             if op == "conv2d" and args.get("bias"):
                 ts.append(torch.from_numpy(inputs[2]))

@@ -9,6 +9,7 @@ PyTorch eager and ``torch.compile`` run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from search_spaces.conv2d import Conv2d  # noqa: E402
+from search_spaces.conv2d import numpy_fast as conv2d_numpy  # noqa: E402
 
 Peer = Callable[[], np.ndarray]  # runs once, returns its output buffer
 
@@ -128,8 +130,10 @@ def _taps(p: Conv2d, xp: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
 def np_conv2d(a: Mapping[str, Any], x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> Peer:
     """im2col (one copy of the windows into a buffer, none for 1x1/stride 1) and one BLAS call."""
     p = Conv2d.from_args(a)
-    if p.nhwc:
-        raise NotImplementedError("the NumPy peer is written for NCHW")
+    w = np.ascontiguousarray(p.oihw(w))
+    if p.nhwc:  # NumPy's best in NHWC: the windows as rows, then one BLAS call
+        plain = dataclasses.replace(p, weights="OIHW", block=0)
+        return lambda: conv2d_numpy(plain, x, w, *bias)
     G, P = p.groups, p.OH * p.OW
     xp, pad = _padded(p, x, 0.0)
     y = np.empty((p.N, p.K, p.OH, p.OW), np.float32)
@@ -318,6 +322,8 @@ def torch_fn(op: str, a: Mapping[str, Any]) -> Callable[..., Any]:
         return torch.matmul(A, B)
 
     def conv(x: Any, w: Any, *b: Any) -> Any:
+        if a.get("layout") == "NHWC":  # a channels_last view: oneDNN's NHWC path, no copy
+            x = x.permute(0, 3, 1, 2)
         y = F.conv2d(
             x, w, b[0] if b else None, a["stride"], a["pad"], a["dilation"], a.get("groups", 1)
         )

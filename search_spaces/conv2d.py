@@ -42,6 +42,7 @@ module's ``Conv2d`` parameters, definition and references.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,13 @@ class Conv2d:
     dilation: int = 1
     groups: int = 1
     layout: str = "NCHW"
+    #: The weight's layout: PyTorch's ``OIHW`` (``W[K, C/groups, R, S]``), ``HWIO``
+    #: (``W[R, S, C/groups, K]``, output channels contiguous) or ``blocked``
+    #: (``W[ceil(K/block), R, S, C/groups, block]``: a register tile of ``block`` channels
+    #: streams one contiguous panel; the channels past K are zeros). A model packs its
+    #: constant weight once, at compile time (``pack_weights``), instead of every call.
+    weights: str = "OIHW"
+    block: int = 0
     bias: bool = False
     activation: str = "none"
     epilogue: str = "none"  # the epilogue DSL (search_spaces._epilogue), after bias and relu
@@ -130,6 +138,44 @@ class Conv2d:
         return self.layout == "NHWC"
 
     @property
+    def hwio(self) -> bool:
+        return self.weights == "HWIO"
+
+    @property
+    def blocked(self) -> bool:
+        return self.weights == "blocked"
+
+    @property
+    def weight_shape(self) -> tuple[int, ...]:
+        """``W``'s shape in its layout."""
+        if self.hwio:
+            return (self.R, self.S, self.Cg, self.K)
+        if self.blocked:
+            return (-(-self.K // self.block), self.R, self.S, self.Cg, self.block)
+        return (self.K, self.Cg, self.R, self.S)
+
+    def oihw(self, w: np.ndarray) -> np.ndarray:
+        """The weight in PyTorch's ``[K, C/groups, R, S]`` layout (a view where it can be)."""
+        if self.hwio:
+            return w.transpose(3, 2, 0, 1)
+        if self.blocked:
+            kb, r, s, c, b = w.shape
+            return w.transpose(0, 4, 3, 1, 2).reshape(kb * b, c, r, s)[: self.K]
+        return w
+
+    def pack_weights(self, w: np.ndarray) -> np.ndarray:
+        """A ``[K, C/groups, R, S]`` weight in this workload's layout (a new array)."""
+        if self.hwio:
+            return np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+        if self.blocked:
+            kb = -(-self.K // self.block)
+            padded = np.zeros((kb * self.block, *w.shape[1:]), w.dtype)
+            padded[: self.K] = w
+            blocks = padded.reshape(kb, self.block, *w.shape[1:])
+            return np.ascontiguousarray(blocks.transpose(0, 3, 4, 2, 1))
+        return np.ascontiguousarray(w)
+
+    @property
     def steps(self) -> Epilogue:
         """The parsed ``epilogue`` text."""
         return parse_epilogue(self.epilogue)
@@ -149,6 +195,11 @@ class Conv2d:
         """Raise OperatorError (one sentence) for arguments that describe no convolution."""
         from . import OperatorError
 
+        if (self.block > 0) != self.blocked:
+            raise OperatorError(
+                f"conv2d block={self.block}: a block of output channels (> 0) goes with "
+                f"weights=blocked, and only with it"
+            )
         if self.C % self.groups or self.K % self.groups:
             raise OperatorError(
                 f"conv2d groups={self.groups} must divide both C={self.C} and K={self.K}"
@@ -192,7 +243,7 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
     """Every tensor by role: X, W, B (bias), Xp (padding), conv (the sum) and Y (output)."""
     xshape = (p.N, p.H, p.W, p.C) if p.nhwc else (p.N, p.C, p.H, p.W)
     X = te.placeholder(xshape, "float32", name="X")
-    Wt = te.placeholder((p.K, p.Cg, p.R, p.S), "float32", name="W")
+    Wt = te.placeholder(p.weight_shape, "float32", name="W")
     out: dict[str, Tensor] = {"X": X, "W": Wt}
     Xp = _padded(p, X)
     src = X if Xp is None else Xp
@@ -206,12 +257,17 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
     def chan(k: te.Expr) -> te.Expr:
         return c if p.groups == 1 else (k // Kg) * Cg + c
 
+    def weight(k: te.Expr) -> te.Expr:
+        if p.blocked:
+            return Wt[k // p.block, r, s, c, k % p.block]
+        return Wt[r, s, c, k] if p.hwio else Wt[k, c, r, s]
+
     name = "conv" if p.has_epilogue else "Y"
     if p.nhwc:
         conv = te.compute(
             (p.N, p.OH, p.OW, p.K),
             lambda n, oh, ow, k: te.sum(
-                src[n, oh * st + r * d, ow * st + s * d, chan(k)] * Wt[k, c, r, s], axis=[c, r, s]
+                src[n, oh * st + r * d, ow * st + s * d, chan(k)] * weight(k), axis=[c, r, s]
             ),
             name=name,
         )
@@ -219,7 +275,7 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
         conv = te.compute(
             (p.N, p.K, p.OH, p.OW),
             lambda n, k, oh, ow: te.sum(
-                src[n, chan(k), oh * st + r * d, ow * st + s * d] * Wt[k, c, r, s], axis=[c, r, s]
+                src[n, chan(k), oh * st + r * d, ow * st + s * d] * weight(k), axis=[c, r, s]
             ),
             name=name,
         )
@@ -293,7 +349,7 @@ def reference(
     then the bias, the activation and the epilogue on its ``extras``."""
     xc = x.transpose(0, 3, 1, 2) if p.nhwc else x
     v = _windows(p, xc.astype(np.float64)).reshape(p.N, p.groups, p.Cg, p.OH, p.OW, p.R, p.S)
-    wg = w.astype(np.float64).reshape(p.groups, p.K // p.groups, p.Cg, p.R, p.S)
+    wg = p.oihw(w).astype(np.float64).reshape(p.groups, p.K // p.groups, p.Cg, p.R, p.S)
     y = np.einsum("ngcyxrs,gkcrs->ngkyx", v, wg).reshape(p.N, p.K, p.OH, p.OW)
     y = _finish(p, y, None if b is None else b.astype(np.float64))
     y = p.steps.apply_numpy(y, extras, channel_axis=3 if p.nhwc else 1)
@@ -307,7 +363,7 @@ def numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = N
     ``cols[OH*OW, C*R*S] @ W.T``, so that both write their output layout directly.
     """
     G, Kg, CRS = p.groups, p.K // p.groups, p.Cg * p.R * p.S
-    wg = w.reshape(G, Kg, CRS)
+    wg = np.ascontiguousarray(p.oihw(w)).reshape(G, Kg, CRS)
     if p.nhwc:
         v = _windows(p, x.transpose(0, 3, 1, 2)).reshape(p.N, G, p.Cg, p.OH, p.OW, p.R, p.S)
         cols = np.ascontiguousarray(v.transpose(1, 0, 3, 4, 2, 5, 6)).reshape(G, -1, CRS)
@@ -345,6 +401,15 @@ def vectors(n: int, lanes: int) -> int:
     return -(-n // lanes)
 
 
+def _column_tiles(p: Conv2d, lanes: int) -> list[int]:
+    """``_tiles`` and, channels-last, the output's width and its divisors up to 32: a row of
+    7 or 14 pixels in whole tiles (the vectors run along the channels there)."""
+    tiles = set(_tiles(lanes))
+    if p.nhwc:
+        tiles |= {d for d in range(1, min(p.OW, 32) + 1) if p.OW % d == 0}
+    return sorted(tiles)
+
+
 def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     """Register tile (KR, OWR, OHR and its SIMD axis), loop orders, packing, padding, threads.
 
@@ -356,12 +421,12 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     L, budget = tgt.lanes("float32"), accumulator_budget(tgt)
     sp = ConfigSpace()
     sp.define_knob("vector", ["k"] if p.nhwc else ["k", "ow"])
-    sp.define_knob("kr", _tiles(L))
-    sp.define_knob("owr", _tiles(L))
+    sp.define_knob("kr", [p.block] if p.blocked else _tiles(L))
+    sp.define_knob("owr", _column_tiles(p, L))
     sp.define_knob("ohr", [1, 2, 3, 4])
     sp.define_knob("reduction", ["crs", "rsc"])
     sp.define_knob("outer", ["rows", "channels"])
-    sp.define_knob("pack_w", [True, False])
+    sp.define_knob("pack_w", [False] if p.blocked else [True, False])
     sp.define_knob("pad_at", ["root", "inline"] if p.pad else ["none"])
     sp.define_knob("unroll_window", [False, True])
     sp.define_knob("parallel", [True, False])
@@ -441,6 +506,8 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     (12 accumulators either way; the AVX-512 default is not measured yet).
     """
     tgt = resolve(target)
+    if p.nhwc:
+        return channels_last_default(p, tgt)
     L = tgt.lanes("float32")
     accumulators = min(_DEFAULT_ACCUMULATORS, accumulator_budget(tgt))
     kr = 2 * L if p.K > L and accumulators >= 2 else L
@@ -454,6 +521,70 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
         "outer": "rows",
         "pack_w": True,
         "pad_at": "root" if p.pad else "none",
+        "unroll_window": False,
+        "parallel": True,
+    }
+
+
+#: An edge tile (one past the output's channels, columns or rows) costs this many full
+#: ones: matmul's measure (``_gemm.tile_cost``), and here 144 channels in tiles of 32 ran
+#: 4.6 times slower than in tiles of 16 (depthwise 3 x 3 at 56 x 56, one edge block of 5).
+_EDGE_COST = 8
+
+
+def _efficiency(accumulators: int, depthwise: bool) -> float:
+    """Share of the FMA units' peak a register tile keeps busy: accumulators hide the FMA's
+    latency, 10 of them both units (matmul's 12 ran at 1.0 and 8 at 0.8); a depthwise tile
+    loads a vector for each FMA, so its loads bound it from 4 accumulators on."""
+    return min(1.0, accumulators / (4 if depthwise else 10))
+
+
+def _tile_cost(p: Conv2d, kr: int, owr: int, ohr: int, lanes: int, depthwise: bool) -> float:
+    """Rough time of covering the output with KR x OWR x OHR tiles (see ``_EDGE_COST``)."""
+    cover = [(p.K, kr), (p.OW, owr), (p.OH, ohr)]
+    full = math.prod(n // t for n, t in cover)
+    tiles = math.prod(-(-n // t) for n, t in cover)
+    work = (full + _EDGE_COST * (tiles - full)) * kr * owr * ohr
+    return work / _efficiency(vectors(kr, lanes) * owr * ohr, depthwise)
+
+
+def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
+    """NHWC's default: the register tile of least estimated cost, output channels its vectors.
+
+    Candidates are one to four vectors of channels by any column tile (the width's divisors
+    among them) by one to four rows, within the accumulator registers; the cost
+    (``_tile_cost``) weighs the work edge tiles waste against how well the tile hides the
+    FMA's latency. Weights larger than half of L2 are streamed once per channel block
+    (``outer=channels``) rather than once per row block; the weight's layout HWIO needs no
+    packing; a strided depthwise window reads its padding inline (its padded copy is
+    stride² times its output, which costs more than its few multiply-adds).
+    """
+    L, budget = target.lanes("float32"), accumulator_budget(target)
+    depthwise = p.Cg == 1 and p.groups == p.K
+    widths = [p.block] if p.blocked else [v * L for v in (1, 2, 3, 4) if v == 1 or v * L < p.K + L]
+    candidates = [
+        (kr, owr, ohr)
+        for kr in widths
+        for owr in _column_tiles(p, L)
+        if owr < p.OW + L
+        for ohr in (1, 2, 3, 4)
+        if ohr <= p.OH and vectors(kr, L) * owr * ohr <= budget
+    ]
+    kr, owr, ohr = min(
+        candidates, key=lambda t: (_tile_cost(p, t[0], t[1], t[2], L, depthwise), -t[0])
+    )
+    weight_bytes = 4 * p.K * p.Cg * p.R * p.S
+    image_bytes = 4 * p.N * p.H * p.W * p.C
+    l2 = int(target.get("l2_bytes", 1 << 20))
+    return {
+        "vector": "k",
+        "kr": kr,
+        "owr": owr,
+        "ohr": ohr,
+        "reduction": "rsc",
+        "outer": "channels" if weight_bytes > l2 // 2 and weight_bytes > image_bytes else "rows",
+        "pack_w": p.weights == "OIHW",
+        "pad_at": ("inline" if depthwise and p.stride > 1 else "root") if p.pad else "none",
         "unroll_window": False,
         "parallel": True,
     }
@@ -543,7 +674,10 @@ def _conv_nest(
     s[TL].reorder(ln, loh, *((low, lk) if cfg["vector"] == "k" else (lk, low)))
     if cfg["pack_w"]:
         WP = s.cache_read(t["W"], "global", [T])
-        wk, wc, wr, ws = s[WP].op.axis
+        if p.hwio:
+            wr, ws, wc, wk = s[WP].op.axis
+        else:
+            wk, wc, wr, ws = s[WP].op.axis
         wko, wki = s[WP].split(wk, factor=kr)
         s[WP].reorder(wko, *([wc, wr, ws] if cfg["reduction"] == "crs" else [wr, ws, wc]), wki)
 
@@ -581,6 +715,16 @@ def _register() -> None:
                 *WINDOW_PARAMS,
                 Param("groups", int, 1, doc="channel groups (dividing C and K)"),
                 Param("layout", str, "NCHW", ("NCHW", "NHWC"), doc="of X and Y"),
+                Param(
+                    "weights",
+                    str,
+                    "OIHW",
+                    ("OIHW", "HWIO", "blocked"),
+                    doc="of W: [K, C/g, R, S], [R, S, C/g, K] or [K/block, R, S, C/g, block]",
+                ),
+                Param(
+                    "block", int, 0, doc="output channels a blocked weight's panel holds", minimum=0
+                ),
                 Param("bias", bool, False, doc="add a bias B[K] in the epilogue"),
                 Param("activation", str, "none", ("none", "relu"), doc="fused epilogue"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),

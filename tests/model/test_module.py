@@ -26,7 +26,7 @@ def test_a_residual_block_matches_onnxruntime_fused_and_unfused(rng, tmp_path):
     # BN folds into the first conv; the residual add and relu fuse into a kernel.
     assert len(fused.plans[0].specs) < len(unfused.plans[0].specs)
     ops = [s.ops for s in fused.plans[0].specs]
-    assert ops[0].startswith("Conv")
+    assert ops[0] == "Transpose" and ops[1].startswith("Conv")  # into channels-last, once
     assert "BatchNormalization" not in "+".join(ops)
 
 
@@ -40,22 +40,23 @@ def test_a_classifier_over_a_batch_of_one_is_dense_with_its_bias(rng):
     np.testing.assert_allclose(mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4)
 
 
-def test_a_pointwise_conv_of_one_image_is_a_matmul_with_its_epilogue_on_rows(rng):
+def test_a_pointwise_conv_is_channels_last_with_its_weight_packed_and_its_epilogue(rng):
     model = residual_block(rng, batch=1)
     x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
     mod = tuner.compile_model(model)
-    second = mod.plans[0].specs[1]  # Conv 1x1 + Add(residual) + Relu
+    second = mod.plans[0].specs[2]  # Conv 1x1 + Add(residual) + Relu, after the entry's transpose
     args = second.task.workload.as_dict()
-    assert second.task.op_name == "matmul"
-    assert (args["M"], args["N"], args["K"]) == (8, 49, 8)
-    assert args["channels"] == "rows" and args["epilogue"] == "add@f;relu"
+    assert second.task.op_name == "conv2d" and second.ops == "Conv+Add+Relu"
+    assert (args["layout"], args["weights"], args["R"], args["K"]) == ("NHWC", "blocked", 1, 8)
+    assert args["epilogue"] == "add@f;relu"
+    packed = mod.plans[0].values[second.inputs[1]]
+    assert packed.shape == (-(-8 // args["block"]), 1, 1, 8, args["block"])
     np.testing.assert_allclose(mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4)
-    batched = tuner.compile_model(residual_block(rng, batch=2))
-    assert batched.plans[0].specs[1].task.op_name == "conv2d"  # two images: not one matmul
 
 
-def test_a_deep_convolution_of_one_image_is_im2col_then_a_matmul(rng):
-    """16 channels in, 3 x 3, stride 2, bias and relu: the windows first, then the product."""
+def test_a_strided_convolution_is_one_channels_last_kernel_with_bias_and_relu(rng):
+    """16 channels in, 3 x 3, stride 2, bias and relu, an odd width: one direct kernel between
+    the layout's two transposes (no window copy)."""
     weights = {
         "w": (rng.standard_normal((5, 16, 3, 3)) * 0.2).astype(np.float32),
         "b": rng.standard_normal(5).astype(np.float32),
@@ -69,8 +70,9 @@ def test_a_deep_convolution_of_one_image_is_im2col_then_a_matmul(rng):
     )
     mod = tuner.compile_model(model)
     ops = [(s.task.op_name, s.ops) for s in mod.plans[0].specs]
-    assert ops == [("im2col", "Im2col"), ("matmul", "Conv+Relu")]
-    assert mod.plans[0].specs[1].task.workload.as_dict()["epilogue"] == "add@c;relu"
+    assert ops == [("fused", "Transpose"), ("conv2d", "Conv+Relu"), ("fused", "Transpose")]
+    args = mod.plans[0].specs[1].task.workload.as_dict()
+    assert (args["stride"], args["bias"], args["epilogue"]) == (2, True, "relu")
     x = rng.standard_normal((1, 16, 9, 11)).astype(np.float32)
     np.testing.assert_allclose(
         mod.run({"x": x})[0], ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5

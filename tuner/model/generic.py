@@ -128,10 +128,14 @@ class GenericKernels:
                 f"dynamic='generic' needs a bound for {unbounded}: bounds={{{unbounded!r}: MAX}}"
             )
         self.base = base
-        lowered = Lowered.from_graph(from_onnx(source, self.shapes(base)), target, fuse)
+        # channels-last would choose per shape (a one-pixel exit is a view, a larger one a
+        # transpose; a tile divides one width and not another): these kernels are for all.
+        lowered = Lowered.from_graph(
+            from_onnx(source, self.shapes(base)), target, fuse, layout=False
+        )
         moved = {
             s: Lowered.from_graph(
-                from_onnx(source, self.shapes({**base, s: other[s]})), target, fuse
+                from_onnx(source, self.shapes({**base, s: other[s]})), target, fuse, layout=False
             )
             for s in symbols
             if other[s] != base[s]

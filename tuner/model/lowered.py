@@ -50,11 +50,17 @@ class Lowered:
     values: Mapping[str, Value]
 
     @classmethod
-    def from_graph(cls, graph: Graph, target: Target, fuse: bool) -> Lowered:
+    def from_graph(cls, graph: Graph, target: Target, fuse: bool, layout: bool = True) -> Lowered:
+        """The graph optimized, laid out (``layout``: channels-last on a target with SIMD
+        vectors, ``tuner.graph.layout``), fused and made into kernels."""
         from ..graph.fusion import fuse as fuse_graph
+        from ..graph.layout import channels_last
         from ..graph.passes import optimize
 
-        g = fuse_graph(optimize(_static_shapes(graph)), enabled=fuse)
+        g = optimize(_static_shapes(graph))
+        if layout:  # a GPU records no SIMD lanes: one, and the pass leaves the graph alone
+            g = channels_last(g, int(target.get("vector_lanes", 1)))
+        g = fuse_graph(g, enabled=fuse)
         views = []
         for node in g.nodes:
             if node.op == FUSED:

@@ -349,7 +349,9 @@ class Module:
             from ..graph.onnx_import import from_onnx
 
             shapes = dict(zip(self.input_names, sig, strict=True))
-            lowered = Lowered.from_graph(from_onnx(self._source, shapes), self.target, self.fuse)
+            graph = from_onnx(self._source, shapes)
+            generic = self.generic is not None
+            lowered = Lowered.from_graph(graph, self.target, self.fuse, layout=not generic)
             prebuilt = None
             if self.generic is not None:  # the kernels are built: only plan this shape
                 prebuilt = self.generic.prebuilt(lowered, self._bind(arrays))

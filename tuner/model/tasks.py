@@ -26,12 +26,19 @@ import numpy as np
 from search_spaces import OperatorError
 
 from ..graph.ir import FUSED, Graph, Node, Value
+from ..graph.ops.channels_last import nhwc_op
 from ..target import Target
 from ..task import Task
 from .spec import Builder, KernelSpec, broadcast_kind
 from .templates import TEMPLATES, takes_epilogue
 
 __all__ = ["KernelSpec", "extract"]
+
+
+def op_text(op: str) -> str:
+    """How a kernel's operators are named to users: ONNX's names (a channels-last twin as
+    the operator it stands for; the shapes say the layout)."""
+    return nhwc_op(op) or op
 
 
 def extract(
@@ -98,7 +105,7 @@ def _group_kernels(b: Builder, node: Node) -> None:
             task,
             (*inputs, *extras),
             out,
-            "+".join(n.op for n in covered),
+            "+".join(op_text(n.op) for n in covered),
             tuple(n.name for n in covered),
         )
     )
@@ -154,7 +161,7 @@ def _generic(b: Builder, group: Graph, nodes: Sequence[Node]) -> None:
             task,
             tuple(group.inputs),
             group.outputs[0],
-            "+".join(n.op for n in nodes),
+            "+".join(op_text(n.op) for n in nodes),
             tuple(n.name for n in nodes),
         )
     )

@@ -115,7 +115,7 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
-_FAMILIES = ("elementwise", "reduce", "linalg", "nn", "movement", "shape")
+_FAMILIES = ("elementwise", "reduce", "linalg", "nn", "movement", "shape", "channels_last")
 _LOADED = False
 
 

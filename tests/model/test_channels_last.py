@@ -1,0 +1,163 @@
+"""The channels-last layout pass: every kind of neighbour a convolution has, against onnxruntime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tuner
+from tuner.graph.layout import channels_last, layouts
+from tuner.graph.onnx_import import from_onnx
+from tuner.graph.passes import optimize
+from tuner.target import Target
+
+from .conftest import make_model, ort_outputs, residual_block
+
+
+def _w(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def _check(model: Any, x: np.ndarray, target: str | Target = "cpu") -> tuner.Module:
+    mod = tuner.compile_model(model, target=target)
+    got = mod.run({"x": x})
+    for g, want in zip(got, ort_outputs(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+    return mod
+
+
+def _ops(mod: tuner.Module) -> list[str]:
+    return [s.ops for s in mod.plans[0].specs]
+
+
+def test_concat_of_two_channels_last_branches_stays_channels_last(rng):
+    """An Inception-like fork: 1x1 and 3x3 branches (7 and 5 channels), concatenated, then a conv."""
+    weights = {"a": _w(rng, 7, 6, 1, 1), "b": _w(rng, 5, 6, 3, 3), "c": _w(rng, 4, 12, 3, 3)}
+    nodes = [
+        helper.make_node("Conv", ["x", "a"], ["p"]),
+        helper.make_node("Conv", ["x", "b"], ["q"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["p", "q"], ["pq"], axis=1),
+        helper.make_node("Relu", ["pq"], ["r"]),
+        helper.make_node("Conv", ["r", "c"], ["y"], strides=[2, 2]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 6, 13, 11))}, {"y": ("float32", (1, 4, 6, 5))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 6, 13, 11)).astype(np.float32))
+    # one transpose in, one out: the concat, the relu and the three convs between them
+    assert _ops(mod).count("Transpose") == 2
+
+
+def test_flatten_of_an_image_into_a_dense_layer_keeps_nchw_order(rng):
+    """Flatten of a 2 x 3 x 3 image: the classifier reads channels-major, as ONNX says."""
+    weights = {"w": _w(rng, 2, 3, 3, 3), "fw": _w(rng, 18, 4)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Flatten", ["c"], ["f"]),
+        helper.make_node("MatMul", ["f", "fw"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": ("float32", (1, 3, 5, 6))}, {"y": ("float32", (1, 4))}, weights)
+    _check(model, rng.standard_normal((1, 3, 5, 6)).astype(np.float32))
+
+
+def test_a_global_pool_into_a_classifier_needs_no_transpose_out(rng):
+    model = residual_block(rng, batch=1)
+    mod = _check(model, rng.standard_normal((1, 3, 7, 7)).astype(np.float32))
+    assert _ops(mod).count("Transpose") == 1  # in only: one pixel is the same in both layouts
+
+
+def test_an_explicit_transpose_and_a_second_output_read_nchw(rng):
+    weights = {"w": _w(rng, 4, 3, 3, 3), "s": (rng.random((4, 1, 1)) + 0.5).astype(np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["c", "s"], ["m"]),  # a per-channel constant, permuted
+        helper.make_node("Transpose", ["m"], ["y"], perm=[0, 3, 2, 1]),
+        helper.make_node("Sigmoid", ["m"], ["z"]),
+    ]
+    model = make_model(
+        nodes,
+        {"x": ("float32", (2, 3, 5, 7))},
+        {"y": ("float32", (2, 7, 5, 4)), "z": ("float32", (2, 4, 5, 7))},
+        weights,
+    )
+    _check(model, rng.standard_normal((2, 3, 5, 7)).astype(np.float32))
+
+
+def test_a_residual_add_across_a_stride_and_pools(rng):
+    """A ResNet downsampling block with a max pool in front and an average pool behind."""
+    weights = {
+        "w1": _w(rng, 8, 4, 3, 3), "w2": _w(rng, 8, 8, 3, 3), "ws": _w(rng, 8, 4, 1, 1),
+        "b1": _w(rng, 8),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p", "ws"], ["sc"], strides=[2, 2]),
+        helper.make_node("Add", ["c2", "sc"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]  # fmt: skip
+    model = make_model(
+        nodes, {"x": ("float32", (1, 4, 13, 13))}, {"y": ("float32", (1, 8, 3, 3))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 4, 13, 13)).astype(np.float32))
+    assert any(o.startswith("Conv+Add") for o in _ops(mod))  # the residual add fused
+
+
+def test_depthwise_and_clip_as_in_mobilenet(rng):
+    """An inverted residual of 5 channels (no tile divides them): expand, depthwise stride 2."""
+    weights = {
+        "e": _w(rng, 15, 5, 1, 1), "d": _w(rng, 15, 1, 3, 3), "db": _w(rng, 15),
+        "p": _w(rng, 6, 15, 1, 1),
+        "lo": np.array(0, np.float32), "hi": np.array(6, np.float32),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "e"], ["e1"]),
+        helper.make_node("Clip", ["e1", "lo", "hi"], ["e2"]),
+        helper.make_node("Conv", ["e2", "d", "db"], ["d1"], group=15, strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["d1", "lo", "hi"], ["d2"]),
+        helper.make_node("Conv", ["d2", "p"], ["y"]),
+    ]  # fmt: skip
+    model = make_model(
+        nodes, {"x": ("float32", (1, 5, 11, 11))}, {"y": ("float32", (1, 6, 6, 6))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 5, 11, 11)).astype(np.float32))
+    convs = [s.task.workload.as_dict() for s in mod.plans[0].specs if s.task.op_name == "conv2d"]
+    assert [a["groups"] for a in convs] == [1, 15, 1]
+    assert all(a["layout"] == "NHWC" and a["weights"] == "blocked" for a in convs)
+
+
+def test_the_pass_leaves_a_graph_alone_without_vectors_or_convolutions(rng):
+    graph = optimize(from_onnx(residual_block(rng)))
+    assert layouts(channels_last(graph, lanes=8)) == {
+        "tuner.NhwcConv": 2,
+        "tuner.NhwcGlobalAveragePool": 1,
+    }
+    assert channels_last(graph, lanes=1) is graph
+    scalar = Target.make("cpu", vector_lanes=1, vector_registers=16)
+    mod = _check(residual_block(rng), rng.standard_normal((2, 3, 7, 7)).astype(np.float32), scalar)
+    assert "Transpose" not in _ops(mod)
+
+
+@pytest.mark.parametrize("op", ["tuner.NhwcConv", "tuner.NhwcMaxPool", "tuner.NhwcAveragePool"])
+def test_a_twin_evaluates_as_its_onnx_operator_between_transposes(rng, op):
+    from tuner.graph.ir import Node
+    from tuner.graph.ops import opdef
+    from tuner.graph.ops.channels_last import nhwc_op
+
+    x = rng.standard_normal((1, 6, 7, 3)).astype(np.float32)
+    w = _w(rng, 4, 3, 3, 3)
+    attrs = {"pads": (1, 1, 1, 1)} if op == "tuner.NhwcConv" else {"kernel_shape": (3, 3)}
+    inputs = [x, w] if op == "tuner.NhwcConv" else [x]
+    base = nhwc_op(op)
+    assert base is not None
+    (got,) = opdef(op).evaluate(Node(op, ("x", "w")[: len(inputs)], ("y",), attrs), inputs)
+    (want,) = opdef(base).evaluate(
+        Node(base, ("x", "w")[: len(inputs)], ("y",), attrs), [x.transpose(0, 3, 1, 2), *inputs[1:]]
+    )
+    np.testing.assert_array_equal(got, want.transpose(0, 2, 3, 1))
