@@ -109,3 +109,34 @@ def test_a_tile_row_longer_than_llvm_unrolls_is_cut_into_short_simd_loops(
     packed = re.findall(r"\bvfmadd\d+ps\b", asm)
     scalar = re.findall(r"\bvfmadd\d+ss\b", asm)
     assert packed and not scalar, (len(packed), len(scalar))
+
+
+def test_an_epilogue_that_selects_twice_is_cut_shorter_and_stays_vectorized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """clip (max, then min) over 48 channels: LLVM unrolled a 32-lane loop of it by 8 only and
+    the epilogue ran scalar; cut into loops of 16 it is packed, as relu's is."""
+    from search_spaces import conv2d as cv
+    from search_spaces.conv2d import Conv2d
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    p = Conv2d(1, 16, 5, 7, 48, 1, 1, layout="NHWC", weights="blocked", block=48, bias=True,
+               epilogue="clip:0.0:6.0")  # fmt: skip
+    cfg = {**cv.default_config(p, TARGET), "kr": 48}
+    s, args = cv.schedule(cfg, p, TARGET)
+    kern = tuner.build(s, args, target=TARGET)
+    assert "# vectorizer=slp " in kern.source
+    before = [src.rsplit("in range(", 1)[1] for src in kern.source.split("min(max(")[:-1]]
+    assert before and all(b.startswith("16):") for b in before)  # each clip in a 16-lane loop
+    x = RNG.standard_normal((1, 5, 7, 16)).astype(np.float32) * 4
+    w = RNG.standard_normal((48, 16, 1, 1)).astype(np.float32)
+    b = RNG.standard_normal(48).astype(np.float32)
+    y = np.full((1, 5, 7, 48), np.nan, np.float32)
+    kern(x, p.pack_weights(w), b, y)
+    want = np.clip(np.einsum("nhwc,kc->nhwk", x, w[:, :, 0, 0]) + b, 0, 6)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    if "avx" not in cpu_flags():
+        return
+    module = sys.modules[kern._fn.__module__]
+    asm = "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
+    assert re.findall(r"\bvminps\b", asm) and not re.findall(r"\bvminss\b", asm)

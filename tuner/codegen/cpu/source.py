@@ -22,7 +22,8 @@ from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
 from ...schedule.state import ScheduleError
-from ...te.expr import Call, Cast, Const, Expr, Var, walk
+from ...te.dtypes import is_float
+from ...te.expr import Binary, Call, Cast, Const, Expr, Select, Var, walk
 from ..numba_source import NumbaSourceRenderer
 
 __all__ = ["SLP_UNROLLED_FULLY", "render"]
@@ -31,6 +32,9 @@ __all__ = ["SLP_UNROLLED_FULLY", "render"]
 _MAX_SCRATCH_BYTES = 256 * 1024 * 1024
 #: The longest constant loop LLVM unrolls fully before its vectorizers run (``_chunk``).
 SLP_UNROLLED_FULLY = 32
+#: ... when each lane selects (min, max, a comparison) at most once; a heavier lane
+#: (clip's max then min) is unrolled fully only up to this many.
+SLP_UNROLLED_HEAVY = 16
 #: The longest SIMD loop staged through a stack buffer (see ``NumbaRenderer._stage``).
 _MAX_STAGED = 64
 #: float32 intrinsics with a vectorizable inline version in ``runtime`` (``exp32``...).
@@ -136,15 +140,19 @@ class NumbaRenderer(NumbaSourceRenderer):
         matmul 128 x 3072 x 576 with a 4 x 48 tile at 7 GFLOP/s, 4 x 32 at 65
         (AMD Zen 4, 2 threads). Chunks ``for j in range(32): ...`` then
         ``for j in range(16): ...[j + 32]`` each unroll early, and the tile's
-        accumulators stay in registers.
+        accumulators stay in registers. LLVM's unroller also weighs the body: a
+        lane that selects twice (an epilogue's ``clip``: max, then min) was
+        unrolled by 8 only in a loop of 32, and the epilogue of a convolution
+        ran scalar (16 -> 96 channels, 1 x 1, 112 x 112: 0.52 ms against
+        relu's 0.32); such loops are cut at ``SLP_UNROLLED_HEAVY`` lanes.
         """
         if s.kind != "vectorize" or not isinstance(s.extent, Const):
             return False
-        n = int(s.extent.value)
-        if n <= SLP_UNROLLED_FULLY:
+        n, chunk = int(s.extent.value), _unrolled_fully(s.body)
+        if n <= chunk:
             return False
-        for lo in range(0, n, SLP_UNROLLED_FULLY):
-            size = min(SLP_UNROLLED_FULLY, n - lo)
+        for lo in range(0, n, chunk):
+            size = min(chunk, n - lo)
             body = (
                 s.body
                 if lo == 0
@@ -272,6 +280,23 @@ class NumbaRenderer(NumbaSourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         """Nothing to wait for: a CPU kernel runs no block of threads."""
+
+
+def _selects(e: Expr) -> int:
+    """Selects of values one evaluation of ``e`` makes (a float min, max or conditional;
+    an index's clamp is not one)."""
+    return sum(
+        1
+        for x in walk(e)
+        if is_float(x.dtype)
+        and ((isinstance(x, Binary) and x.op in ("min", "max")) or isinstance(x, Select))
+    )
+
+
+def _unrolled_fully(body: Stmt) -> int:
+    """The lanes of a SIMD loop over ``body`` that LLVM unrolls fully (``NumbaRenderer._chunk``)."""
+    heavy = any(isinstance(s, Store) and _selects(s.value) > 1 for s in walk_stmts(body))
+    return SLP_UNROLLED_HEAVY if heavy else SLP_UNROLLED_FULLY
 
 
 def _stack_array(size: int, dtype: str) -> str:
