@@ -161,3 +161,19 @@ def test_a_twin_evaluates_as_its_onnx_operator_between_transposes(rng, op):
         Node(base, ("x", "w")[: len(inputs)], ("y",), attrs), [x.transpose(0, 3, 1, 2), *inputs[1:]]
     )
     np.testing.assert_array_equal(got, want.transpose(0, 2, 3, 1))
+
+
+def test_a_grouped_conv_and_an_asymmetric_window_stay_correct(rng):
+    """ResNeXt's groups of channels, and a TensorFlow-style SAME_UPPER stride (pads 0 before,
+    1 after: no template takes it, the generic lowering of the twin does)."""
+    weights = {"g": _w(rng, 8, 2, 3, 3), "s": _w(rng, 6, 8, 3, 3)}
+    nodes = [
+        helper.make_node("Conv", ["x", "g"], ["a"], group=4, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "s"], ["y"], strides=[2, 2], auto_pad="SAME_UPPER"),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 8, 10, 9))}, {"y": ("float32", (1, 6, 5, 5))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 8, 10, 9)).astype(np.float32))
+    assert [s.task.op_name for s in mod.plans[0].specs].count("conv2d") == 1  # the grouped one
