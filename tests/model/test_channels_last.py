@@ -177,3 +177,20 @@ def test_a_grouped_conv_and_an_asymmetric_window_stay_correct(rng):
     )
     mod = _check(model, rng.standard_normal((1, 8, 10, 9)).astype(np.float32))
     assert [s.task.op_name for s in mod.plans[0].specs].count("conv2d") == 1  # the grouped one
+
+
+def test_a_tensorflow_export_in_nhwc_needs_no_transpose_at_all(rng):
+    """NHWC in, Transpose to NCHW, convolutions, Transpose back: both transposes vanish."""
+    weights = {"w": _w(rng, 6, 3, 3, 3), "v": _w(rng, 4, 6, 1, 1)}
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+        helper.make_node("Conv", ["t", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "v"], ["d"]),
+        helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 9, 8, 3))}, {"y": ("float32", (1, 9, 8, 4))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 9, 8, 3)).astype(np.float32))
+    assert _ops(mod) == ["Conv+Relu", "Conv"]

@@ -30,6 +30,8 @@ its producer wrote:
   the image is one pixel or one channel (the same bytes in both layouts: a
   global pool into a classifier costs nothing).
 
+A ``Transpose`` out of channels-last (a model exported from TensorFlow
+takes NHWC images) is not written at all unless an NCHW reader needs it.
 So a network converts once at its entry and once at its exit. The cost the
 pass weighs: a window operator whose input is NCHW and whose output has no
 channels-last reader would pay two transposes for one kernel, and is left
@@ -201,6 +203,23 @@ class _Pass:
         self.nodes.append(Node("Concat", inputs, self._outputs_nhwc(node), attrs, node.name))
         return True
 
+    def transpose(self, node: Node) -> bool:
+        """A ``Transpose`` between the two layouts (a TensorFlow export's NHWC input and
+        output). Out of channels-last: its input is the channels-last form of its output,
+        written in NCHW only if a reader asks (``to_nchw``). Into it, of a value held
+        channels-last: that value itself (a view)."""
+        if node.op != "Transpose" or not _image(self.values[node.inputs[0]]):
+            return False
+        perm, (x,), (y,) = tuple(node.attr("perm", ())), node.inputs, node.outputs
+        if perm == _TO_NCHW and x not in self.nhwc:
+            self.nhwc[y] = x
+            return True
+        if perm == _TO_NHWC and x in self.nhwc:
+            self.nodes.append(Node("Identity", (self.nhwc[x],), (y,), {}, node.name))
+            self.nchw_written.add(y)
+            return True
+        return False
+
     def other(self, node: Node) -> None:
         inputs = tuple(self.to_nchw(i) if i else i for i in node.inputs)
         self.nodes.append(Node(node.op, inputs, node.outputs, node.attrs, node.name))
@@ -208,7 +227,12 @@ class _Pass:
 
     def run(self) -> Graph:
         for node in self.g.nodes:
-            if not (self.window(node) or self.elementwise(node) or self.concat(node)):
+            if not (
+                self.window(node)
+                or self.elementwise(node)
+                or self.concat(node)
+                or self.transpose(node)
+            ):
                 self.other(node)
         outputs = tuple(self.to_nchw(o) for o in self.g.outputs)
         return self.g.replace(nodes=tuple(self.nodes), values=self.values, outputs=outputs)
