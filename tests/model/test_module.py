@@ -70,7 +70,11 @@ def test_a_strided_convolution_is_one_channels_last_kernel_with_bias_and_relu(rn
     )
     mod = tuner.compile_model(model)
     ops = [(s.task.op_name, s.ops) for s in mod.plans[0].specs]
-    assert ops == [("fused", "Transpose"), ("conv2d", "Conv+Relu"), ("fused", "Transpose")]
+    assert ops == [
+        ("nchw_to_nhwc", "Transpose"),
+        ("conv2d", "Conv+Relu"),
+        ("transpose", "Transpose"),
+    ]
     args = mod.plans[0].specs[1].task.workload.as_dict()
     assert (args["stride"], args["bias"], args["epilogue"]) == (2, True, "relu")
     x = rng.standard_normal((1, 16, 9, 11)).astype(np.float32)

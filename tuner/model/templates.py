@@ -275,6 +275,26 @@ def _layer_norm(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | Non
     return Match("layer_norm", args, [n.inputs[0], gamma, beta], _shape(y), -1)
 
 
+def _transpose(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
+    """The layout pass's transposes (``tuner.graph.layout``) as tiled copies: NCHW to NHWC
+    (``nchw_to_nhwc``), and back for one image (the ``[H*W, C]`` matrix transposed)."""
+    from search_spaces._cuda import is_gpu
+
+    from ..graph.ops.movement import perm_of
+
+    x, y = values[n.inputs[0]], values[n.outputs[0]]
+    if not _f32(x, y) or len(x.shape) != 4 or is_gpu(b.target):  # CPU copy templates
+        return None
+    perm = perm_of(n, 4)
+    N, A, B, C = _shape(x)
+    if perm == (0, 2, 3, 1):
+        args = {"N": N, "C": A, "H": B, "W": C}
+        return Match("nchw_to_nhwc", args, [n.inputs[0]], _shape(y), 1)
+    if perm == (0, 3, 1, 2) and N == 1:
+        return Match("transpose", {"M": A * B, "N": C}, [n.inputs[0]], _shape(y), 1)
+    return None
+
+
 TEMPLATES: dict[str, Matcher] = {
     "Conv": _conv,
     "tuner.NhwcConv": _nhwc_conv,
@@ -286,6 +306,7 @@ TEMPLATES: dict[str, Matcher] = {
     "Softmax": _softmax,
     "LogSoftmax": _softmax,
     "LayerNormalization": _layer_norm,
+    "Transpose": _transpose,
 }
 
 
