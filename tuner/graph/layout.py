@@ -53,7 +53,11 @@ from .ir import Dim, Graph, Node, Value
 from .ops import OpKind, opdef
 from .ops.channels_last import NHWC_OPS
 
-__all__ = ["channels_last"]
+__all__ = ["LAYOUT_ATTR", "channels_last"]
+
+#: The attribute that marks the transposes this pass inserts (the model's own are not
+#: marked): they alone are computed by the CPU's copy templates (``tuner.model.templates``).
+LAYOUT_ATTR = "tuner_layout"
 
 _TO_NHWC = (0, 2, 3, 1)
 _TO_NCHW = (0, 3, 1, 2)
@@ -94,7 +98,13 @@ class _Pass:
             v = self.values[name]
             twin = self._new(f"{name}__nhwc", v, _nhwc_shape(v.shape))
             self.nodes.append(
-                Node("Transpose", (name,), (twin,), {"perm": _TO_NHWC}, f"{name}__to_nhwc")
+                Node(
+                    "Transpose",
+                    (name,),
+                    (twin,),
+                    {"perm": _TO_NHWC, LAYOUT_ATTR: 1},
+                    f"{name}__to_nhwc",
+                )
             )
             self.nhwc[name] = twin
         return self.nhwc[name]
@@ -114,7 +124,13 @@ class _Pass:
             self.nodes.append(Node("Reshape", (twin, shape), (name,), {}, f"{name}__to_nchw"))
         else:
             self.nodes.append(
-                Node("Transpose", (twin,), (name,), {"perm": _TO_NCHW}, f"{name}__to_nchw")
+                Node(
+                    "Transpose",
+                    (twin,),
+                    (name,),
+                    {"perm": _TO_NCHW, LAYOUT_ATTR: 1},
+                    f"{name}__to_nchw",
+                )
             )
         self.nchw_written.add(name)
         return name

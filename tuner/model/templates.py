@@ -277,13 +277,15 @@ def _layer_norm(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | Non
 
 def _transpose(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
     """The layout pass's transposes (``tuner.graph.layout``) as tiled copies: NCHW to NHWC
-    (``nchw_to_nhwc``), and back for one image (the ``[H*W, C]`` matrix transposed)."""
+    (``nchw_to_nhwc``), and back for one image (the ``[H*W, C]`` matrix transposed). A
+    model's own transposes stay generic (the shape-generic mode has no kernel of these)."""
     from search_spaces._cuda import is_gpu
 
+    from ..graph.layout import LAYOUT_ATTR
     from ..graph.ops.movement import perm_of
 
     x, y = values[n.inputs[0]], values[n.outputs[0]]
-    if not _f32(x, y) or len(x.shape) != 4 or is_gpu(b.target):  # CPU copy templates
+    if not n.attr(LAYOUT_ATTR) or not _f32(x, y) or len(x.shape) != 4 or is_gpu(b.target):
         return None
     perm = perm_of(n, 4)
     N, A, B, C = _shape(x)
