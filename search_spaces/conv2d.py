@@ -42,7 +42,6 @@ module's ``Conv2d`` parameters, definition and references.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +56,7 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._conv_tiles import channels_last_default, column_tiles, default_config, tiles, vectors
 from ._cuda import conv2d as gpu
 from ._cuda import is_gpu
 from ._epilogue import NONE, PARAM_DOC, Epilogue
@@ -69,6 +69,7 @@ __all__ = [
     "WINDOW_PARAMS",
     "Conv2d",
     "bytes_moved",
+    "channels_last_default",
     "config_space",
     "default_config",
     "define",
@@ -80,9 +81,6 @@ __all__ = [
     "stages",
     "vectors",
 ]
-
-#: Accumulators of the default register tile (as matmul's: two FMA units of latency 5 busy).
-_DEFAULT_ACCUMULATORS = 12
 
 
 @dataclass(frozen=True)
@@ -386,28 +384,7 @@ def bytes_moved(p: Conv2d) -> float:
     return 4.0 * (p.N * p.C * p.H * p.W + p.K * p.Cg * p.R * p.S + p.N * p.K * p.OH * p.OW)
 
 
-# -- conv2d knobs and schedule ------------------------------------------------------------------
-
-_TILES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
-
-
-def _tiles(lanes: int) -> list[int]:
-    """Tile extents: ``_TILES`` and one to four vectors of ``lanes`` (48 and 64 with 16)."""
-    return sorted({*_TILES, *(lanes * v for v in (1, 2, 3, 4))})
-
-
-def vectors(n: int, lanes: int) -> int:
-    """Vectors of ``lanes`` that ``n`` values take."""
-    return -(-n // lanes)
-
-
-def _column_tiles(p: Conv2d, lanes: int) -> list[int]:
-    """``_tiles`` and, channels-last, the output's width and its divisors up to 32: a row of
-    7 or 14 pixels in whole tiles (the vectors run along the channels there)."""
-    tiles = set(_tiles(lanes))
-    if p.nhwc:
-        tiles |= {d for d in range(1, min(p.OW, 32) + 1) if p.OW % d == 0}
-    return sorted(tiles)
+# -- conv2d knobs and schedule (the tile extents and defaults: _conv_tiles) ----------------
 
 
 def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
@@ -421,8 +398,8 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     L, budget = tgt.lanes("float32"), accumulator_budget(tgt)
     sp = ConfigSpace()
     sp.define_knob("vector", ["k"] if p.nhwc else ["k", "ow"])
-    sp.define_knob("kr", [p.block] if p.blocked else _tiles(L))
-    sp.define_knob("owr", _column_tiles(p, L))
+    sp.define_knob("kr", [p.block] if p.blocked else tiles(L))
+    sp.define_knob("owr", column_tiles(p, L))
     sp.define_knob("ohr", [1, 2, 3, 4])
     sp.define_knob("reduction", ["crs", "rsc"])
     sp.define_knob("outer", ["rows", "channels"])
@@ -452,142 +429,6 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
         "tiles no larger than the output (by less than one vector)",
     )
     return sp.freeze()
-
-
-def _largest(choices: list[int], limit: int) -> int:
-    return max([v for v in choices if v <= max(limit, 1)], default=1)
-
-
-#: Work the default's edge tiles may waste (padding columns and rows computed and dropped)
-#: before it trades the widest column tile for one that fits the output better.
-_DEFAULT_WASTE = 1.25
-
-
-def _waste(p: Conv2d, owr: int, ohr: int) -> float:
-    """Output pixels an OHR x OWR tiling computes per pixel it keeps (edge tiles run whole)."""
-    return (-(-p.OW // owr) * owr * -(-p.OH // ohr) * ohr) / (p.OW * p.OH)
-
-
-def _default_tile(p: Conv2d, pixels: int) -> tuple[int, int]:
-    """(OWR, OHR) of the default: the widest row of ``pixels`` columns, unless its edge tile
-    wastes over a quarter of the work; then 3 x 2 or 1 x 4, whichever wastes least.
-
-    An edge tile computes whole (its columns past the output clamped, see the schedule),
-    so 6 columns over a 7-column output compute 12 (ResNet's last stage), over 14
-    compute 18. Measured on one thread beside onnxruntime, medians of 9 rounds
-    (experiments/bench_conv_defaults.py): 3 x 3, 256 -> 256 channels, 14 x 14:
-    6 x 1 3.96 ms, 3 x 2 3.63, 2 x 3 6.26; 512 -> 512, 7 x 7: 6 x 1 10.3, 1 x 4 8.2;
-    1 x 1, 1024 -> 256, 14 x 14: 6 x 1 3.03, 3 x 2 2.72; but 1 x 1, 512 -> 2048,
-    7 x 7: 6 x 1 3.39, 1 x 4 3.58. Where the waste is small the row wins: at
-    28 x 28 (128 channels, 3 x 3), 6 x 1 3.24 ms, 1 x 4 3.70, 3 x 2 7.8. Which
-    tiles vectorize well is irregular (4 x 1 ran 1.5 to 3 times slower than 6 x 1
-    at 7 columns), so only these measured shapes are candidates.
-    """
-    wide = (_largest(_TILES, min(pixels, p.OW)), 1)
-    if _waste(p, *wide) <= _DEFAULT_WASTE:
-        return wide
-    tiles = [(w, h) for w, h in ((3, 2), (1, 4)) if w * h <= pixels and h <= p.OH and w <= p.OW]
-    return min([wide, *tiles], key=lambda t: _waste(p, *t))
-
-
-def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
-    """16 output channels (two vectors) x 6 output columns, weights packed, rows in parallel.
-
-    The shape of NUMBA_NOTES' fast direct convolution; fewer channels or columns
-    where the output has fewer (a tile wider than the output only wastes lanes),
-    and 3 x 2 or 1 x 4 pixels where 6 columns leave a large edge tile (7 or 14
-    columns: see ``_default_tile``).
-    Measured on one thread (64 -> 64 channels, 3 x 3, 56 rows): about 65 GFLOP/s
-    with the reduction ordered c, r, s when the columns leave an edge tile (56
-    columns), but 40 against 79 for c, r, s against r, s, c when every tile is
-    full (54 columns), so r, s, c is the default there.
-
-    Two vectors are 16 channels with AVX2's 8 lanes and 32 with AVX-512's 16
-    (12 accumulators either way; the AVX-512 default is not measured yet).
-    """
-    tgt = resolve(target)
-    if p.nhwc:
-        return channels_last_default(p, tgt)
-    L = tgt.lanes("float32")
-    accumulators = min(_DEFAULT_ACCUMULATORS, accumulator_budget(tgt))
-    kr = 2 * L if p.K > L and accumulators >= 2 else L
-    owr, ohr = _default_tile(p, accumulators // vectors(kr, L))
-    return {
-        "vector": "k",
-        "kr": kr,
-        "owr": owr,
-        "ohr": ohr,
-        "reduction": "rsc" if p.nhwc or (p.OW % owr == 0 and p.OH % ohr == 0) else "crs",
-        "outer": "rows",
-        "pack_w": True,
-        "pad_at": "root" if p.pad else "none",
-        "unroll_window": False,
-        "parallel": True,
-    }
-
-
-#: An edge tile (one past the output's channels, columns or rows) costs this many full
-#: ones: matmul's measure (``_gemm.tile_cost``), and here 144 channels in tiles of 32 ran
-#: 4.6 times slower than in tiles of 16 (depthwise 3 x 3 at 56 x 56, one edge block of 5).
-_EDGE_COST = 8
-
-
-def _efficiency(accumulators: int, depthwise: bool) -> float:
-    """Share of the FMA units' peak a register tile keeps busy: accumulators hide the FMA's
-    latency, 10 of them both units (matmul's 12 ran at 1.0 and 8 at 0.8); a depthwise tile
-    loads a vector for each FMA, so its loads bound it from 4 accumulators on."""
-    return min(1.0, accumulators / (4 if depthwise else 10))
-
-
-def _tile_cost(p: Conv2d, kr: int, owr: int, ohr: int, lanes: int, depthwise: bool) -> float:
-    """Rough time of covering the output with KR x OWR x OHR tiles (see ``_EDGE_COST``)."""
-    cover = [(p.K, kr), (p.OW, owr), (p.OH, ohr)]
-    full = math.prod(n // t for n, t in cover)
-    tiles = math.prod(-(-n // t) for n, t in cover)
-    work = (full + _EDGE_COST * (tiles - full)) * kr * owr * ohr
-    return work / _efficiency(vectors(kr, lanes) * owr * ohr, depthwise)
-
-
-def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
-    """NHWC's default: the register tile of least estimated cost, output channels its vectors.
-
-    Candidates are one to four vectors of channels by any column tile (the width's divisors
-    among them) by one to four rows, within the accumulator registers; the cost
-    (``_tile_cost``) weighs the work edge tiles waste against how well the tile hides the
-    FMA's latency. Weights larger than half of L2 are streamed once per channel block
-    (``outer=channels``) rather than once per row block; the weight's layout HWIO needs no
-    packing; a strided depthwise window reads its padding inline (its padded copy is
-    stride² times its output, which costs more than its few multiply-adds).
-    """
-    L, budget = target.lanes("float32"), accumulator_budget(target)
-    depthwise = p.Cg == 1 and p.groups == p.K
-    widths = [p.block] if p.blocked else [v * L for v in (1, 2, 3, 4) if v == 1 or v * L < p.K + L]
-    candidates = [
-        (kr, owr, ohr)
-        for kr in widths
-        for owr in _column_tiles(p, L)
-        if owr < p.OW + L
-        for ohr in (1, 2, 3, 4)
-        if ohr <= p.OH and vectors(kr, L) * owr * ohr <= budget
-    ]
-    kr, owr, ohr = min(
-        candidates, key=lambda t: (_tile_cost(p, t[0], t[1], t[2], L, depthwise), -t[0])
-    )
-    weight_bytes = 4 * p.K * p.Cg * p.R * p.S
-    image_bytes = 4 * p.N * p.H * p.W * p.C
-    l2 = int(target.get("l2_bytes", 1 << 20))
-    return {
-        "vector": "k",
-        "kr": kr,
-        "owr": owr,
-        "ohr": ohr,
-        "reduction": "rsc",
-        "outer": "channels" if weight_bytes > l2 // 2 and weight_bytes > image_bytes else "rows",
-        "pack_w": p.weights == "OIHW",
-        "pad_at": ("inline" if depthwise and p.stride > 1 else "root") if p.pad else "none",
-        "unroll_window": False,
-        "parallel": True,
-    }
 
 
 def _tile_axes(p: Conv2d, s: Schedule, T: Tensor) -> tuple[Any, Any, Any, Any]:
