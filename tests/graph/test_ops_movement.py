@@ -178,6 +178,24 @@ def test_gather(
     check_op("Gather", [data, indices], {"axis": axis}, const=const, lower=lower)
 
 
+@pytest.mark.parametrize(("axis", "lower"), [(1, True), (0, False), (-1, False)])
+def test_gather_elements(axis: int, lower: bool) -> None:
+    data = rand(3, 5, 2)
+    n = data.shape[axis]
+    indices = rng.integers(-n, n, size=(3, 4, 2) if axis in (1, -2) else (2, 5, 2))
+    if axis == -1:
+        indices = rng.integers(-n, n, size=(3, 5, 3))
+    check_op("GatherElements", [data, indices.astype(np.int64)], {"axis": axis}, lower=lower)
+
+
+def test_gather_elements_checks_its_indices() -> None:
+    node = Node("GatherElements", ("d", "i"), ("y",), {"axis": 0}, "g")
+    with pytest.raises(GraphError, match="GatherElements node 'g' has an index out of range"):
+        opdef("GatherElements").evaluate(node, [rand(3, 2), np.full((1, 2), 3, np.int64)])
+    with pytest.raises(GraphError, match="indices of rank 1 for data of rank 2"):
+        opdef("GatherElements").evaluate(node, [rand(3, 2), i64(0)])
+
+
 def test_gather_out_of_range() -> None:
     node = Node("Gather", ("d", "i"), ("y",), {}, "g")
     with pytest.raises(GraphError, match="Gather node 'g' has an index out of range"):

@@ -186,6 +186,20 @@ def test_bucket_refuses_a_convolution_over_a_padded_image() -> None:
         compile_model(_conv_over_a_symbolic_image(), dynamic="bucket", bounds={"H": 64, "W": 64})
 
 
+def test_bucket_pads_a_batch_of_images_through_a_convolution() -> None:
+    """Convolutions and pools keep the images of a batch apart: a padded batch is sound."""
+    model = _conv_over_a_symbolic_image()
+    for dim in (*model.graph.input, *model.graph.output):
+        shape = dim.type.tensor_type.shape.dim
+        shape[0].dim_param, shape[2].dim_value, shape[3].dim_value = "N", 9, 9
+    module = compile_model(model, dynamic="bucket", bounds={"N": 4})
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 3, 9, 9)).astype(np.float32)
+        (got,) = module.run({"x": x})
+        assert got.shape == (n, 4, 9, 9)
+        np.testing.assert_allclose(got, _reference(model, {"x": x})[0], rtol=RTOL, atol=ATOL)
+
+
 def _two_inputs() -> onnx.ModelProto:
     graph = helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["y"])],

@@ -41,6 +41,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from .ir import Dim, Graph, GraphError, Node, Value
+from .onnx_fold import fold_static
 from .ops import supported
 from .ops.shape import constant_value
 
@@ -78,13 +79,17 @@ def from_onnx(
     if shapes:
         _fix_shapes(proto, shapes)
     _name_unknown_extents(proto)
+    proto = fold_static(proto, _infer)
+    return _Builder(proto, opset).graph()
+
+
+def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        proto = onnx.shape_inference.infer_shapes(
+        return onnx.shape_inference.infer_shapes(
             proto, check_type=True, strict_mode=True, data_prop=True
         )
     except Exception as exc:
         raise GraphError(f"shape inference failed: {_first_line(exc)}") from None
-    return _Builder(proto, opset).graph()
 
 
 # -- loading and checking ------------------------------------------------------------

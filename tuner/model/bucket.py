@@ -20,7 +20,8 @@ anything is built:
   sound when its operand there is such a softmax's output (attention's
   ``P @ V``).
 - Everything else that crosses a padded axis (a ReduceMean over the
-  sequence, a convolution over a padded image size, a Concat or Slice along
+  sequence, a convolution over a padded image size (a padded batch of images
+  is sound), a Concat or Slice along
   it, arithmetic on the padded length read through Shape) is refused in one
   line naming the node: ``dynamic="specialize"`` serves such a model.
 
@@ -190,6 +191,12 @@ def _axis(node: Node, axis: int, rank: int) -> int:
     return axis % rank if rank else 0
 
 
+#: Operators over NCHW images that never combine two images of a batch.
+_PER_IMAGE = frozenset(
+    ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+)
+
+
 def _mixed_axes(graph: Graph, node: Node, rank: int) -> set[int]:
     """The axes of input 0 along which ``node`` combines positions (every axis when unknown)."""
     every = set(range(rank))
@@ -207,7 +214,15 @@ def _mixed_axes(graph: Graph, node: Node, rank: int) -> set[int]:
         return _reshaped_axes(graph, node, rank)
     if op == "BatchNormalization":
         return set()
-    return every  # Conv, pools, normalisations over the image, anything else: refuse
+    if op in _PER_IMAGE:  # each image of a batch on its own: channels and pixels mix, images not
+        return every - {0}
+    if op == "InstanceNormalization":
+        return set(range(2, rank))
+    if op == "LRN":
+        return {1}
+    if op == "GatherElements":
+        return {_axis(node, int(node.attr("axis", 0)), rank)}
+    return every  # anything else: refuse
 
 
 def _reshaped_axes(graph: Graph, node: Node, rank: int) -> set[int]:

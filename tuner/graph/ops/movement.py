@@ -453,6 +453,38 @@ def _gather(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]
     return [_owned(np.take(data, indices.astype(np.int64), axis=axis))]
 
 
+def _lower_gather_elements(ctx: LowerContext) -> list[Tensor]:
+    data, indices = ctx.tensor(0), ctx.tensor(1)
+    axis = gather_axis(ctx.node, data.ndim)
+    n = data.shape_ints[axis]
+    known = ctx.consts[1] if len(ctx.consts) > 1 else None
+    if known is not None and known.size and (known.min() < -n or known.max() >= n):
+        raise GraphError(f"{ctx.node.describe()} has an index out of range for extent {n}")
+
+    def at(i: Index) -> Expr:
+        k = _read(indices, i).astype("int64")
+        k = te.if_then_else(k < 0, k + n, k)
+        return data[(*i[:axis], k, *i[axis + 1 :])]
+
+    return [_compute(ctx, at)]
+
+
+@register("GatherElements", OpKind.INJECTIVE, lower=_lower_gather_elements)
+def _gather_elements(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    data, indices = arrays[0], arrays[1]
+    assert data is not None and indices is not None
+    if data.ndim != indices.ndim:
+        raise GraphError(
+            f"{node.describe()} has indices of rank {indices.ndim} for data of rank {data.ndim}"
+        )
+    axis = gather_axis(node, data.ndim)
+    n = data.shape[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise GraphError(f"{node.describe()} has an index out of range for extent {n}")
+    k = np.where(indices < 0, indices + n, indices).astype(np.int64)
+    return [_owned(np.take_along_axis(data, k, axis=axis))]
+
+
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 

@@ -1,0 +1,211 @@
+"""Shape arithmetic folded on the ONNX graph itself, before the importer reads ranks.
+
+ONNX's shape inference knows a value's rank only where each operator's
+inference rule can see it. Exporters compute the targets of ``Reshape``,
+``Expand`` or ``ConstantOfShape`` with arithmetic on ``Shape`` (``Mod``,
+``Div``, ``Gather``, ``Cast``, ``Range`` ...), and the rules' data
+propagation covers only a few of those operators: one ``Mod`` between a
+``Shape`` and a ``Reshape`` leaves the reshaped value without a rank
+(torchvision's ViT attention does exactly that), and the import cannot go
+on.
+
+:func:`fold_static` evaluates, in graph order, every node whose inputs are
+all known at compile time (initializers, ``Constant`` nodes, and ``Shape``
+of a value whose inferred shape is static, or the static part of it that
+``start``/``end`` select) with the operators' own NumPy semantics (the same
+evaluation constant folding uses later), replaces each by a ``Constant``
+node, infers shapes again and repeats until nothing more folds. Only small
+results are folded here (shape-sized tensors); big constant subgraphs are
+left to :func:`tuner.graph.passes.fold_constants`, which sees the whole IR.
+Nothing in the model is executed: only registered operators' evaluations
+run on its data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from .ir import GraphError, Node
+from .ops import opdef, supported
+
+__all__ = ["fold_static"]
+
+#: Results up to this many elements are folded here (shape tensors, scales, masks of a few rows).
+MAX_ELEMENTS = 4096
+#: Operators never folded here: their outputs are big or their folding is the IR's business.
+_KEEP = {"Constant", "Dropout"}
+
+
+def fold_static(proto: onnx.ModelProto, infer: Any, rounds: int = 8) -> onnx.ModelProto:
+    """``proto`` with its statically known shape arithmetic folded; ``infer(proto)`` infers shapes.
+
+    Returns the model as ``infer`` (strict) inferred it after the last round, so the caller
+    need not infer again. Between rounds inference is lenient: a half-folded chain can trip
+    ONNX's data propagation (it treats a ``Range`` of constants as a shape vector and
+    refuses to broadcast it in ``Add``), which the next round folds away.
+    """
+    try:
+        proto = infer(proto)
+    except GraphError:
+        proto = _lenient(proto)
+    for _ in range(rounds):
+        if _fold_once(proto) == 0:
+            break
+        proto = _lenient(proto)
+    return infer(proto)
+
+
+def _lenient(proto: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:
+        return onnx.shape_inference.infer_shapes(proto)
+
+
+def _fold_once(proto: onnx.ModelProto) -> int:
+    g = proto.graph
+    known: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    shapes = _static_dims(g)
+    ops = set(supported())
+    out_nodes: list[onnx.NodeProto] = []
+    count = 0
+    for n in g.node:
+        values = _evaluate(n, known, shapes, ops)
+        if values is None:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                value = _constant(n)
+                if value is not None:
+                    known[n.output[0]] = value
+            out_nodes.append(n)
+            continue
+        values = _as_inferred(values, [shapes.get(o) for o in n.output])
+        if values is None:
+            out_nodes.append(n)
+            continue
+        for name, value in zip(n.output, values, strict=True):
+            known[name] = value
+            out_nodes.append(
+                onnx.helper.make_node(
+                    "Constant", [], [name], name=f"{n.name or n.op_type}_folded_{name}",
+                    value=numpy_helper.from_array(np.array(value), name),  # keeps rank 0
+                )
+            )  # fmt: skip
+        count += 1
+    if count:
+        del g.node[:]
+        g.node.extend(out_nodes)
+        del g.value_info[:]  # inferred afresh: facts derived from the folded nodes may be stale
+    return count
+
+
+def _as_inferred(
+    values: list[np.ndarray], dims: list[list[int | None] | None]
+) -> list[np.ndarray] | None:
+    """The values in the shapes ONNX inferred for them (the evaluations keep the IR's convention
+    that a scalar is a vector of one); None where ONNX inferred no static shape or one that
+    contradicts a value: only values whose type ONNX knows are folded, so that folding never
+    changes a type that later inference relies on."""
+    out = []
+    for v, d in zip(values, dims, strict=True):
+        if d is None or any(x is None for x in d):
+            return None  # ONNX's own rank and extents are what the rest of the import reads
+        static = [int(x) for x in d if x is not None]
+        if tuple(v.shape) != tuple(static):
+            if int(np.prod(static, dtype=np.int64)) != v.size:
+                return None
+            v = v.reshape(static)
+        out.append(v)
+    return out
+
+
+def _evaluate(
+    n: onnx.NodeProto,
+    known: dict[str, np.ndarray],
+    shapes: dict[str, list[int | None]],
+    ops: set[str],
+) -> list[np.ndarray] | None:
+    """The outputs of ``n`` if they are known and small, else None (the node stays)."""
+    if n.domain not in ("", "ai.onnx") or n.op_type in _KEEP or n.op_type not in ops:
+        return None
+    if n.op_type == "Shape":
+        dims = shapes.get(n.input[0])
+        if dims is None:
+            return None
+        attrs = _attrs(n)
+        if attrs is None:
+            return None
+        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+        part = dims[slice(start, end)]
+        if any(d is None for d in part):
+            return None
+        return [np.array(part, dtype=np.int64)]
+    if not all(not i or i in known for i in n.input):
+        return None
+    attrs = _attrs(n)
+    if attrs is None:
+        return None
+    node = Node(n.op_type, tuple(n.input), tuple(n.output), attrs, n.name or n.op_type)
+    arrays = [known[i] if i else None for i in n.input]
+    try:
+        outs = opdef(n.op_type).evaluate(node, arrays)
+    except (GraphError, ValueError, TypeError, IndexError, OverflowError):
+        return None  # the import will report it with the node's name, as for any other node
+    if any(np.asarray(o).size > MAX_ELEMENTS for o in outs) or len(outs) != len(n.output):
+        return None
+    return [np.asarray(o) for o in outs]
+
+
+def _static_dims(g: onnx.GraphProto) -> dict[str, list[int | None]]:
+    """Each value's inferred dims (None where symbolic or unknown); absent without a rank."""
+    out: dict[str, list[int | None]] = {}
+    for v in (*g.input, *g.value_info, *g.output):
+        t = v.type
+        if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+            continue
+        out[v.name] = [
+            int(d.dim_value) if d.WhichOneof("value") == "dim_value" else None
+            for d in t.tensor_type.shape.dim
+        ]
+    for t in g.initializer:
+        out[t.name] = [int(d) for d in t.dims]
+    return out
+
+
+def _constant(n: onnx.NodeProto) -> np.ndarray | None:
+    for a in n.attribute:
+        if a.name == "value" and a.type == AttributeProto.TENSOR:
+            return numpy_helper.to_array(a.t)
+        if a.name == "value_int":
+            return np.array(a.i, np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), np.int64)
+        if a.name == "value_float":
+            return np.array(a.f, np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), np.float32)
+    return None
+
+
+def _attrs(n: onnx.NodeProto) -> dict[str, Any] | None:
+    """Attributes as the evaluations read them; None if one is of a kind they never take."""
+    out: dict[str, Any] = {}
+    for a in n.attribute:
+        if a.type == AttributeProto.INT:
+            out[a.name] = int(a.i)
+        elif a.type == AttributeProto.FLOAT:
+            out[a.name] = float(a.f)
+        elif a.type == AttributeProto.STRING:
+            out[a.name] = a.s.decode("utf-8")
+        elif a.type == AttributeProto.INTS:
+            out[a.name] = tuple(int(v) for v in a.ints)
+        elif a.type == AttributeProto.FLOATS:
+            out[a.name] = tuple(float(v) for v in a.floats)
+        elif a.type == AttributeProto.TENSOR:
+            out[a.name] = numpy_helper.to_array(a.t)
+        else:
+            return None
+    return out
