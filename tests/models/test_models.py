@@ -98,3 +98,27 @@ def test_shipped_encoder_batch_bound_by_the_first_call() -> None:
     module = compile_model(model)
     assert_matches(module, model, random_feeds(model, seed=1, dims={"batch": 3}))
     assert_matches(module, model, random_feeds(model, seed=2, dims={"batch": 3}))
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ({"batch": "x"}, "shapes gives symbol 'batch' 'x'; a symbol takes one value"),
+        ({"input": 5}, "shapes gives input 'input' 5; an input takes its whole shape"),
+        ({"nothing": 2}, "shapes names 'nothing', which is neither a graph input nor a symbol"),
+    ],
+)
+def test_a_model_file_with_wrong_shapes_is_one_clear_line(
+    tmp_path: Path, shapes: dict, message: str
+) -> None:
+    """A mistake in ``shapes=`` on a model file (whose compile is cached) is one GraphError line."""
+    model = BUILDERS["symbolic_batch"]()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.input[0].name = "input"
+    for node in model.graph.node:
+        node.input[:] = ["input" if i == "x" else i for i in node.input]
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    with pytest.raises(tuner.graph.GraphError) as err:
+        compile_model(str(path), shapes=shapes)
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -192,10 +192,13 @@ def cache_key(
         h = hashlib.sha256(Path(source).read_bytes())
     except OSError:
         return None
-    given = sorted(
-        (k, [int(v)] if isinstance(v, int) else [int(d) for d in v])
-        for k, v in (shapes or {}).items()
-    )
+    try:
+        given = sorted(
+            (str(k), [int(v)] if isinstance(v, int) else [int(d) for d in v])
+            for k, v in (shapes or {}).items()
+        )
+    except (TypeError, ValueError):
+        return None  # not shapes at all: the import says what is wrong with them, in one line
     parts = [h.hexdigest(), json.dumps(given), target.fingerprint, str(target.threads)]
     parts += [str(fuse), code_fingerprint()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
