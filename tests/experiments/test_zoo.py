@@ -57,3 +57,42 @@ def test_the_zoo_lists_each_family_and_refuses_unknown_names(
         assert name in out
     assert zoo.main(["--check", "--only", "nonet"]) == 2
     assert "unknown model nonet" in capsys.readouterr().err
+
+
+def _lengths_match(module: object, path: Path, entry: zoo.Entry, pairs: list) -> None:
+    import numpy as np
+
+    for batch, seq in pairs:
+        feeds = zoo.feeds_for(path, entry, True, batch, seq)
+        (got,) = module.run(feeds)  # type: ignore[attr-defined]
+        (want,) = zoo._onnxruntime(path, feeds, threads=2)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+#: (batch, sequence) pairs: 1, primes, a power of two, the bound.
+PAIRS = [(1, 1), (2, 7), (1, 16), (3, 13), (4, 32)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "mode"), [("gpt2", "generic"), ("gpt2", "bucket"), ("bert", "generic")]
+)
+def test_symbolic_sequence_exports_serve_every_length(name: str, mode: str, cache: Path) -> None:
+    """transformers' exports with a symbolic batch and sequence (fused QKV split, causal and
+    padding masks computed from Shape, Range position ids) in the shape-generic modes."""
+    import warnings
+
+    import tuner
+
+    entry = zoo.ZOO[name]
+    path = zoo.export(entry, True, cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # untuned kernels; generic's own shape at (1, 1)
+        module = tuner.compile_model(path, dynamic=mode, bounds={"batch": 4, "seq": 32})
+        _lengths_match(module, path, entry, PAIRS)
+    if mode == "generic":
+        assert module.generic is not None
+        built = {id(f.kernel) for f in module.generic.families.values()}
+        for plan in module.plans[1:]:  # every shape past (1, 1) ran the kernels built once
+            assert {id(k) for k in plan.kernels} <= built

@@ -182,7 +182,7 @@ class _Fuser:
         return g
 
 
-def fuse(graph: Graph, enabled: bool = True) -> Graph:
+def fuse(graph: Graph, enabled: bool = True, small_const: int = SMALL_CONST) -> Graph:
     """The graph with every node that needs a kernel inside a fused node (see the module doc).
 
     ``enabled=False`` gives the unfused baseline: one group per kernel node.
@@ -202,7 +202,7 @@ def fuse(graph: Graph, enabled: bool = True) -> Graph:
         if g is None:
             nodes.append(node)
         elif last[g] == i:
-            nodes.append(_fused_node(graph, fuser.groups[g], len(nodes)))
+            nodes.append(_fused_node(graph, fuser.groups[g], len(nodes), small_const))
     return graph.replace(nodes=tuple(nodes))
 
 
@@ -239,7 +239,7 @@ def _one_output_each(graph: Graph) -> Graph:
     return graph.replace(nodes=tuple(nodes)) if changed else graph
 
 
-def _fused_node(graph: Graph, group: _Group, index: int) -> Node:
+def _fused_node(graph: Graph, group: _Group, index: int, small_const: int) -> Node:
     members = [graph.nodes[m] for m in sorted(group.members)]
     inside = {o for n in members for o in n.outputs if o}
     output = next(o for o in members[-1].outputs if o)
@@ -253,7 +253,7 @@ def _fused_node(graph: Graph, group: _Group, index: int) -> Node:
     consts: list[Value] = []
     for value_name, compile_time in read.items():
         v = graph.value(value_name)
-        if v.data is not None and (compile_time or v.data.size <= SMALL_CONST):
+        if v.data is not None and (compile_time or v.data.size <= small_const):
             consts.append(v)
         else:  # a runtime argument of the kernel: the group sees its type, not its data
             inputs.append(Value(v.name, v.dtype, v.shape))

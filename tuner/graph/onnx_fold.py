@@ -9,7 +9,10 @@ propagation covers only a few of those operators: one ``Mod`` between a
 (torchvision's ViT attention does exactly that), and the import cannot go
 on.
 
-:func:`fold_static` evaluates, in graph order, every node whose inputs are
+:func:`fold_static` does nothing where ONNX's inference already knows every
+rank, and every extent when the inputs' shapes are static: the graph as
+written is then what the bucket mode's soundness analysis reads (arithmetic
+on a padded length must stay visible to it). Otherwise it evaluates, in graph order, every node whose inputs are
 all known at compile time (initializers, ``Constant`` nodes, and ``Shape``
 of a value whose inferred shape is static, or the static part of it that
 ``start``/``end`` select) with the operators' own NumPy semantics (the same
@@ -49,7 +52,10 @@ def fold_static(proto: onnx.ModelProto, infer: Any, rounds: int = 8) -> onnx.Mod
     refuses to broadcast it in ``Add``), which the next round folds away.
     """
     try:
-        proto = infer(proto)
+        inferred = infer(proto)
+        if _fully_inferred(inferred):
+            return inferred  # nothing to fold for: the graph as written is what is analysed
+        proto = inferred
     except GraphError:
         proto = _lenient(proto)
     for _ in range(rounds):
@@ -57,6 +63,27 @@ def fold_static(proto: onnx.ModelProto, infer: Any, rounds: int = 8) -> onnx.Mod
             break
         proto = _lenient(proto)
     return infer(proto)
+
+
+def _fully_inferred(proto: onnx.ModelProto) -> bool:
+    """Every value has a rank, and, where the inputs' shapes are all static, static extents."""
+    g = proto.graph
+    inits = {t.name for t in g.initializer}
+    infos = {
+        v.name: v.type.tensor_type.shape
+        for v in (*g.input, *g.value_info, *g.output)
+        if v.type.WhichOneof("value") == "tensor_type" and v.type.tensor_type.HasField("shape")
+    }
+
+    def static(name: str) -> bool:
+        return all(d.WhichOneof("value") == "dim_value" for d in infos[name].dim)
+
+    all_static = all(i.name in inits or (i.name in infos and static(i.name)) for i in g.input)
+    for n in g.node:
+        for o in n.output:
+            if o and (o not in infos or (all_static and not static(o))):
+                return False
+    return True
 
 
 def _lenient(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -133,6 +133,8 @@ def _passes_through(graph: Graph, uses: Uses, node: Node) -> str | None:
         return None
     if node.op == "Identity":
         return src
+    if node.op in ("Concat", "Sum", "Max", "Min", "Mean") and len(node.inputs) == 1:
+        return src  # of one tensor: itself (a decoder's key cache with no past, say)
     if node.op == "Dropout":
         mode = node.inputs[2] if len(node.inputs) > 2 else ""
         training = graph.const(mode) if mode else np.array(False)

@@ -206,6 +206,8 @@ def _mixed_axes(graph: Graph, node: Node, rank: int) -> set[int]:
         return set(reduce_args(node, axes_input, rank)[0])
     if op == "LayerNormalization":
         return set(range(_axis(node, int(node.attr("axis", -1)), rank), rank))
+    if op == "Concat" and len([i for i in node.inputs if i]) == 1:
+        return set()  # a concat of one tensor is that tensor
     if op in ("Concat", "Split", "Gather", "CumSum", "Flatten"):
         if op == "Flatten":  # a view in all but name: keeps positions apart
             return set()
@@ -280,7 +282,9 @@ def _check_shape_use(graph: Graph, node: Node, refuse: Any) -> None:
             if sizes:
                 continue
             outs = [graph.value(o) for o in user.outputs if o]
-            if all(o.dtype in ("int64", "int32") for o in outs) and user.op != "Size":
+            # integer arithmetic and comparisons on lengths (the exporters' Where(Equal(s, -1),
+            # 1, s) before an Expand) stay shape arithmetic: followed to their uses
+            if all(o.dtype in ("int64", "int32", "bool") for o in outs) and user.op != "Size":
                 todo.extend(o.name for o in outs)
                 continue
             raise refuse(user, "computes with the length of a padded dimension (from Shape)")

@@ -131,11 +131,15 @@ class GenericKernels:
         # channels-last would choose per shape (a one-pixel exit is a view, a larger one a
         # transpose; a tile divides one width and not another): these kernels are for all.
         lowered = Lowered.from_graph(
-            from_onnx(source, self.shapes(base)), target, fuse, layout=False
+            from_onnx(source, self.shapes(base)), target, fuse, layout=False, inline=False
         )
         moved = {
             s: Lowered.from_graph(
-                from_onnx(source, self.shapes({**base, s: other[s]})), target, fuse, layout=False
+                from_onnx(source, self.shapes({**base, s: other[s]})),
+                target,
+                fuse,
+                layout=False,
+                inline=False,
             )
             for s in symbols
             if other[s] != base[s]

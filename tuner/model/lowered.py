@@ -50,9 +50,16 @@ class Lowered:
     values: Mapping[str, Value]
 
     @classmethod
-    def from_graph(cls, graph: Graph, target: Target, fuse: bool, layout: bool = True) -> Lowered:
+    def from_graph(
+        cls, graph: Graph, target: Target, fuse: bool, layout: bool = True, inline: bool = True
+    ) -> Lowered:
         """The graph optimized, laid out (``layout``: channels-last on a target with SIMD
-        vectors, ``tuner.graph.layout``), fused and made into kernels."""
+        vectors, ``tuner.graph.layout``), fused and made into kernels. ``inline``: small
+        constants are literals of the kernels that read them (``fusion.SMALL_CONST``); the
+        shape-generic mode turns it off, since a constant computed from the shape (indices
+        of a padding mask) is small at one shape and not at another, and every shape must
+        lower to the same kernels."""
+        from ..graph.fusion import SMALL_CONST
         from ..graph.fusion import fuse as fuse_graph
         from ..graph.layout import channels_last
         from ..graph.passes import optimize
@@ -60,7 +67,7 @@ class Lowered:
         g = optimize(_static_shapes(graph))
         if layout:  # a GPU records no SIMD lanes: one, and the pass leaves the graph alone
             g = channels_last(g, int(target.get("vector_lanes", 1)))
-        g = fuse_graph(g, enabled=fuse)
+        g = fuse_graph(g, enabled=fuse, small_const=SMALL_CONST if inline else 0)
         views = []
         for node in g.nodes:
             if node.op == FUSED:

@@ -351,10 +351,21 @@ class Module:
             shapes = dict(zip(self.input_names, sig, strict=True))
             graph = from_onnx(self._source, shapes)
             generic = self.generic is not None
-            lowered = Lowered.from_graph(graph, self.target, self.fuse, layout=not generic)
+            lowered = Lowered.from_graph(
+                graph, self.target, self.fuse, layout=not generic, inline=not generic
+            )
             prebuilt = None
             if self.generic is not None:  # the kernels are built: only plan this shape
-                prebuilt = self.generic.prebuilt(lowered, self._bind(arrays))
+                try:
+                    prebuilt = self.generic.prebuilt(lowered, self._bind(arrays))
+                except GraphError:
+                    # A shape where an extent is 1 can lower to other kernels (a transpose
+                    # of a unit axis is a view): this one shape gets kernels of its own.
+                    warnings.warn(
+                        f"generic: inputs of shapes {list(sig)} lower to other kernels than the"
+                        " probe shapes; compiling kernels for this shape on its own",
+                        stacklevel=3,
+                    )
             plan = _Plan(lowered, self.target, self.records, prebuilt)
             self._plans[sig] = plan
         return plan

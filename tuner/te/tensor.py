@@ -18,6 +18,7 @@ import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .dtypes import check_dtype, is_int
 from .expr import (
@@ -120,6 +121,11 @@ class Tensor:
                     f"for dimension {pos} of extent {extent.value}"
                 )
         return TensorRead(self, exprs, self.dtype)
+
+    @property
+    def extents(self) -> tuple[Any, ...]:
+        """The shape with constant extents as ints and symbolic ones as their expressions."""
+        return tuple(int(e.value) if isinstance(e, Const) else e for e in self.shape)
 
     @property
     def shape_ints(self) -> tuple[int, ...]:

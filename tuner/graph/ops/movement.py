@@ -78,6 +78,16 @@ def _out_shape(ctx: LowerContext, k: int = 0) -> tuple[Any, ...]:
     return tuple(d if isinstance(d, Expr) else int(d) for d in ctx.outputs[k].shape)
 
 
+def _static_at(ctx: LowerContext, t: Tensor, axis: int | None = None) -> tuple[Any, ...]:
+    """``t``'s extents, symbolic ones as expressions; the one at ``axis`` (default: the node's
+    ``axis`` attribute) must be constant, else a GraphError naming the node."""
+    dims = t.extents
+    a = int(ctx.node.attr("axis", 0)) if axis is None else axis
+    if not isinstance(dims[a % len(dims)], int):
+        raise GraphError(f"{ctx.node.describe()} needs a constant extent on axis {a}")
+    return dims
+
+
 def _read(t: Tensor, idx: Sequence[Expr]) -> Expr:
     """``t[idx]``; an empty index reads a rank-0 value (a te tensor of shape (1,))."""
     return t[tuple(idx)] if idx else t[0]
@@ -335,7 +345,7 @@ def split_sizes(
 
 def _lower_split(ctx: LowerContext) -> list[Tensor]:
     x = ctx.tensor(0)
-    axis, sizes = split_sizes(ctx.node, x.shape_ints, _const_input(ctx, 1), len(ctx.outputs))
+    axis, sizes = split_sizes(ctx.node, _static_at(ctx, x), _const_input(ctx, 1), len(ctx.outputs))
     starts = np.cumsum([0, *sizes]).tolist()
 
     def part(k: int) -> Tensor:
@@ -424,14 +434,21 @@ def gather_axis(node: Node, rank: int) -> int:
     return _norm_axis(node, int(node.attr("axis", 0)), rank)
 
 
+def _out_of_range(known: np.ndarray | None, n: Any) -> bool:
+    """Whether constant indices fall outside an extent (unknowable for a symbolic one)."""
+    if known is None or not known.size or not isinstance(n, int):
+        return False
+    return bool(known.min() < -n or known.max() >= n)
+
+
 def _lower_gather(ctx: LowerContext) -> list[Tensor]:
     data, indices = ctx.tensor(0), ctx.tensor(1)
     rank = data.ndim
     axis = gather_axis(ctx.node, rank)
-    n = data.shape_ints[axis]
+    n = data.extents[axis]  # symbolic under dynamic="generic": negative indices wrap by it
     ind_rank = len(_out_shape(ctx)) - rank + 1
     known = ctx.consts[1] if len(ctx.consts) > 1 else None
-    if known is not None and known.size and (known.min() < -n or known.max() >= n):
+    if _out_of_range(known, n):
         raise GraphError(f"{ctx.node.describe()} has an index out of range for extent {n}")
 
     def at(i: Index) -> Expr:
@@ -456,9 +473,9 @@ def _gather(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]
 def _lower_gather_elements(ctx: LowerContext) -> list[Tensor]:
     data, indices = ctx.tensor(0), ctx.tensor(1)
     axis = gather_axis(ctx.node, data.ndim)
-    n = data.shape_ints[axis]
+    n = data.extents[axis]
     known = ctx.consts[1] if len(ctx.consts) > 1 else None
-    if known is not None and known.size and (known.min() < -n or known.max() >= n):
+    if _out_of_range(known, n):
         raise GraphError(f"{ctx.node.describe()} has an index out of range for extent {n}")
 
     def at(i: Index) -> Expr:
@@ -586,16 +603,18 @@ def expand_shape(node: Node, in_shape: Sequence[int], shape_data: Any) -> tuple[
         ) from None
 
 
-def _broadcast_read(x: Tensor, in_shape: tuple[int, ...], i: Index) -> Expr:
-    """Read ``x`` (ONNX shape ``in_shape``) at output index ``i``, broadcasting extents of 1."""
+def _broadcast_read(x: Tensor, in_shape: tuple[Any, ...], i: Index) -> Expr:
+    """Read ``x`` (ONNX shape ``in_shape``) at output index ``i``, broadcasting extents of 1
+    (a symbolic extent is the output's own, as the probes of ``dynamic="generic"`` found)."""
     lead = len(i) - len(in_shape)
-    idx = [te.const(0, "int64") if n == 1 else i[lead + d] for d, n in enumerate(in_shape)]
+    one = [isinstance(n, int) and n == 1 for n in in_shape]
+    idx = [te.const(0, "int64") if o else i[lead + d] for d, o in enumerate(one)]
     return x[tuple(idx)] if idx else x[0]
 
 
 def _lower_expand(ctx: LowerContext) -> list[Tensor]:
     x = ctx.tensor(0)
-    shape = x.shape_ints
+    shape = x.extents
     return [_compute(ctx, lambda i: _broadcast_read(x, shape, i))]
 
 

@@ -207,8 +207,10 @@ def _np_logsumexp(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarra
 def _lower_reduce(ctx: LowerContext) -> list[Tensor]:
     node, x = ctx.node, ctx.tensor(0)
     out = ctx.outputs[0]
-    shape = x.shape_ints
+    shape = x.extents  # kept axes may be symbolic (dynamic="generic"); reduced ones may not
     axes, keep = reduce_args(node, ctx.consts[1] if len(ctx.consts) > 1 else None, x.ndim)
+    if not all(isinstance(shape[a], int) for a in axes):
+        raise GraphError(f"{node.describe()} reduces over a symbolic extent")
     if node.op == "ReduceProd":
         return [_product(ctx, x, axes, keep)]
     if node.op == "ReduceLogSumExp":
@@ -230,7 +232,7 @@ def _lower_reduce(ctx: LowerContext) -> list[Tensor]:
         shape, axes, keep, r.combiner, lambda i: r.prologue(x[i]), f"{ctx.name}_{r.combiner}"
     )
     return [
-        te.compute(red.shape_ints, lambda *i: r.epilogue(red[i], n), name=ctx.name, dtype=out.dtype)
+        te.compute(red.extents, lambda *i: r.epilogue(red[i], n), name=ctx.name, dtype=out.dtype)
     ]
 
 
@@ -443,9 +445,11 @@ def _eval_layer_norm(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np
 def _lower_layer_norm(ctx: LowerContext) -> list[Tensor]:
     """mean = sum(x)/n, rstd = 1/sqrt(sum((x - mean)^2)/n + eps), y = (x - mean)*rstd*scale + b."""
     x = ctx.tensor(0)
-    shape = x.shape_ints
+    shape = x.extents  # rows may be symbolic (dynamic="generic"); the normalised axes may not
     axes = _ln_axes(ctx.node, x.ndim)
     eps = float(ctx.node.attrs.get("epsilon", 1e-5))
+    if not all(isinstance(shape[a], int) for a in axes):
+        raise GraphError(f"{ctx.node.describe()} normalises over a symbolic extent")
     n = math.prod(shape[a] for a in axes)
     scale = ctx.inputs[1] if len(ctx.inputs) > 1 else None
     bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
@@ -454,7 +458,7 @@ def _lower_layer_norm(ctx: LowerContext) -> list[Tensor]:
         return reduced_index(i, axes, True)
 
     total = reduce_stage(shape, axes, True, "sum", lambda i: x[i], f"{ctx.name}_sum")
-    mean = te.compute(total.shape_ints, lambda *i: total[i] * (1.0 / n), name=f"{ctx.name}_mean")
+    mean = te.compute(total.extents, lambda *i: total[i] * (1.0 / n), name=f"{ctx.name}_mean")
 
     def dev(i: Index) -> Expr:
         d = x[i] - mean[red(i)]
@@ -462,7 +466,7 @@ def _lower_layer_norm(ctx: LowerContext) -> list[Tensor]:
 
     sq = reduce_stage(shape, axes, True, "sum", dev, f"{ctx.name}_sqsum")
     rstd = te.compute(
-        sq.shape_ints,
+        sq.extents,
         lambda *i: 1.0 / te.sqrt(sq[i] * (1.0 / n) + eps),
         name=f"{ctx.name}_rstd",
     )
@@ -479,7 +483,7 @@ def _lower_layer_norm(ctx: LowerContext) -> list[Tensor]:
     for stage, value in zip((mean, rstd), ctx.outputs[1:], strict=False):
         if stage.dtype != value.dtype:  # float64 input: Mean and InvStdDev are float32
             stage = te.compute(
-                stage.shape_ints,
+                stage.extents,
                 lambda *i, t=stage: t[i],
                 name=f"{stage.name}_out",
                 dtype=value.dtype,
