@@ -165,7 +165,7 @@ def test_a_twin_evaluates_as_its_onnx_operator_between_transposes(rng, op):
 
 def test_a_grouped_conv_and_an_asymmetric_window_stay_correct(rng):
     """ResNeXt's groups of channels, and a TensorFlow-style SAME_UPPER stride (pads 0 before,
-    1 after: no template takes it, the generic lowering of the twin does)."""
+    1 after: an explicit Pad, then the template with no padding, ``tuner.graph.padding``)."""
     weights = {"g": _w(rng, 8, 2, 3, 3), "s": _w(rng, 6, 8, 3, 3)}
     nodes = [
         helper.make_node("Conv", ["x", "g"], ["a"], group=4, pads=[1, 1, 1, 1]),
@@ -176,7 +176,25 @@ def test_a_grouped_conv_and_an_asymmetric_window_stay_correct(rng):
         nodes, {"x": ("float32", (1, 8, 10, 9))}, {"y": ("float32", (1, 6, 5, 5))}, weights
     )
     mod = _check(model, rng.standard_normal((1, 8, 10, 9)).astype(np.float32))
-    assert [s.task.op_name for s in mod.plans[0].specs].count("conv2d") == 1  # the grouped one
+    assert [s.task.op_name for s in mod.plans[0].specs].count("conv2d") == 2
+
+
+@pytest.mark.parametrize("target", ["cpu", Target.make("cpu", vector_lanes=1, vector_registers=16)])
+def test_factorised_seven_tap_convolutions_find_the_template(rng, target):
+    """Inception's 1 x 7 then 7 x 1 (pads (0, 3) and (3, 0)), in either layout: each conv is
+    the conv2d template behind a Pad, never the generic kernel (a hundred times slower)."""
+    weights = {"a": _w(rng, 6, 5, 1, 7), "b": _w(rng, 4, 6, 7, 1)}
+    nodes = [
+        helper.make_node("Conv", ["x", "a"], ["p"], pads=[0, 3, 0, 3]),
+        helper.make_node("Relu", ["p"], ["r"]),
+        helper.make_node("Conv", ["r", "b"], ["y"], pads=[3, 0, 3, 0]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 5, 11, 13))}, {"y": ("float32", (1, 4, 11, 13))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 5, 11, 13)).astype(np.float32), target)
+    kinds = [s.task.op_name for s in mod.plans[0].specs]
+    assert kinds.count("conv2d") + kinds.count("matmul") == 2, kinds
 
 
 def test_a_tensorflow_export_in_nhwc_needs_no_transpose_at_all(rng):

@@ -62,11 +62,13 @@ class Lowered:
         from ..graph.fusion import SMALL_CONST
         from ..graph.fusion import fuse as fuse_graph
         from ..graph.layout import channels_last
+        from ..graph.padding import explicit_padding
         from ..graph.passes import optimize
 
         g = optimize(_static_shapes(graph))
         if layout:  # a GPU records no SIMD lanes: one, and the pass leaves the graph alone
             g = channels_last(g, int(target.get("vector_lanes", 1)))
+        g = explicit_padding(g)  # a convolution padded (0, 3) finds its template too
         g = fuse_graph(g, enabled=fuse, small_const=SMALL_CONST if inline else 0)
         views = []
         for node in g.nodes:
