@@ -30,10 +30,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, numpy_helper
+from onnx import numpy_helper
 
 from .ir import GraphError, Node
+from .onnx_values import node_attrs
 from .ops import opdef, supported
+from .ops.shape import constant_value
 
 __all__ = ["fold_static"]
 
@@ -162,20 +164,19 @@ def _evaluate(
         dims = shapes.get(n.input[0])
         if dims is None:
             return None
-        attrs = _attrs(n)
-        if attrs is None:
+        node = _node(n)
+        if node is None:
             return None
-        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+        start, end = node.attr("start", 0), node.attr("end", len(dims))
         part = dims[slice(start, end)]
         if any(d is None for d in part):
             return None
         return [np.array(part, dtype=np.int64)]
     if not all(not i or i in known for i in n.input):
         return None
-    attrs = _attrs(n)
-    if attrs is None:
+    node = _node(n)
+    if node is None:
         return None
-    node = Node(n.op_type, tuple(n.input), tuple(n.output), attrs, n.name or n.op_type)
     arrays = [known[i] if i else None for i in n.input]
     try:
         outs = opdef(n.op_type).evaluate(node, arrays)
@@ -202,37 +203,19 @@ def _static_dims(g: onnx.GraphProto) -> dict[str, list[int | None]]:
     return out
 
 
+def _node(n: onnx.NodeProto) -> Node | None:
+    """``n`` as the IR's node (the evaluations' view); None if an attribute is of a kind the
+    compiler does not read (a node that then stays for the import to report)."""
+    try:
+        attrs = node_attrs(n, f"{n.op_type} node {n.name!r}")
+    except GraphError:
+        return None
+    return Node(n.op_type, tuple(n.input), tuple(n.output), attrs, n.name or n.op_type)
+
+
 def _constant(n: onnx.NodeProto) -> np.ndarray | None:
-    for a in n.attribute:
-        if a.name == "value" and a.type == AttributeProto.TENSOR:
-            return numpy_helper.to_array(a.t)
-        if a.name == "value_int":
-            return np.array(a.i, np.int64)
-        if a.name == "value_ints":
-            return np.array(list(a.ints), np.int64)
-        if a.name == "value_float":
-            return np.array(a.f, np.float32)
-        if a.name == "value_floats":
-            return np.array(list(a.floats), np.float32)
-    return None
-
-
-def _attrs(n: onnx.NodeProto) -> dict[str, Any] | None:
-    """Attributes as the evaluations read them; None if one is of a kind they never take."""
-    out: dict[str, Any] = {}
-    for a in n.attribute:
-        if a.type == AttributeProto.INT:
-            out[a.name] = int(a.i)
-        elif a.type == AttributeProto.FLOAT:
-            out[a.name] = float(a.f)
-        elif a.type == AttributeProto.STRING:
-            out[a.name] = a.s.decode("utf-8")
-        elif a.type == AttributeProto.INTS:
-            out[a.name] = tuple(int(v) for v in a.ints)
-        elif a.type == AttributeProto.FLOATS:
-            out[a.name] = tuple(float(v) for v in a.floats)
-        elif a.type == AttributeProto.TENSOR:
-            out[a.name] = numpy_helper.to_array(a.t)
-        else:
-            return None
-    return out
+    node = _node(n)
+    try:
+        return None if node is None else constant_value(node)
+    except GraphError:
+        return None

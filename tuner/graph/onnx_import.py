@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, TensorProto, numpy_helper
 
 from .ir import Dim, Graph, GraphError, Node, Value
 from .onnx_fold import fold_static
+from .onnx_values import array_of, dtype_of, elem_type, first_line, node_attrs
 from .ops import supported
 from .ops.shape import constant_value
 
@@ -52,14 +52,6 @@ MIN_OPSET = 13
 #: The newest opset the operators are tested at; newer ones are taken untested.
 TESTED_OPSET = 21
 
-_DTYPES: dict[int, str] = {
-    TensorProto.FLOAT: "float32",
-    TensorProto.DOUBLE: "float64",
-    TensorProto.INT8: "int8",
-    TensorProto.INT32: "int32",
-    TensorProto.INT64: "int64",
-    TensorProto.BOOL: "bool",
-}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -89,16 +81,10 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
             proto, check_type=True, strict_mode=True, data_prop=True
         )
     except Exception as exc:
-        raise GraphError(f"shape inference failed: {_first_line(exc)}") from None
+        raise GraphError(f"shape inference failed: {first_line(exc)}") from None
 
 
 # -- loading and checking ------------------------------------------------------------
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _load(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
@@ -115,7 +101,7 @@ def _load(model: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
     try:
         proto = onnx.load(path)  # external data is read from the model's folder
     except Exception as exc:
-        raise GraphError(f"cannot read ONNX model {path!r}: {_first_line(exc)}") from None
+        raise GraphError(f"cannot read ONNX model {path!r}: {first_line(exc)}") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise GraphError(f"cannot read ONNX model {path!r}: not an ONNX model")
     return proto
@@ -161,7 +147,7 @@ def _check_model(proto: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(proto)
     except Exception as exc:
-        raise GraphError(f"invalid ONNX model: {_first_line(exc)}") from None
+        raise GraphError(f"invalid ONNX model: {first_line(exc)}") from None
 
 
 def _convert(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
@@ -169,7 +155,7 @@ def _convert(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         return onnx.version_converter.convert_version(proto, MIN_OPSET)
     except Exception as exc:
         raise GraphError(
-            f"cannot convert the model from opset {opset} to {MIN_OPSET}: {_first_line(exc)}"
+            f"cannot convert the model from opset {opset} to {MIN_OPSET}: {first_line(exc)}"
         ) from None
 
 
@@ -271,25 +257,6 @@ def _name_unknown_extents(proto: onnx.ModelProto) -> None:
 # -- building the graph ----------------------------------------------------------------
 
 
-def _dtype(elem_type: int, what: str) -> str:
-    dtype = _DTYPES.get(elem_type)
-    if dtype is None:
-        name = TensorProto.DataType.Name(elem_type).lower() if elem_type else "unknown"
-        supported_ = ", ".join(_DTYPES.values())
-        raise GraphError(f"{what} has dtype {name}, which is not supported ({supported_})")
-    return dtype
-
-
-def _array(tensor: TensorProto, what: str) -> np.ndarray:
-    if tensor.data_location == TensorProto.EXTERNAL:
-        raise GraphError(f"{what} keeps its data in an external file; import the model by its path")
-    _dtype(tensor.data_type, what)
-    try:
-        return np.array(numpy_helper.to_array(tensor), copy=True)
-    except Exception as exc:
-        raise GraphError(f"{what} cannot be read: {_first_line(exc)}") from None
-
-
 class _Builder:
     """Turns an inferred, checked model into the IR (one pass over its graph)."""
 
@@ -307,7 +274,7 @@ class _Builder:
             )
         values: dict[str, Value] = {}
         for t in g.initializer:
-            values[t.name] = Value.const(t.name, _array(t, f"initializer {t.name!r}"))
+            values[t.name] = Value.const(t.name, array_of(t, f"initializer {t.name!r}"))
         inputs = [
             self.value(i.name, f"graph input {i.name!r}") for i in g.input if i.name not in values
         ]
@@ -317,7 +284,7 @@ class _Builder:
             node = Node(n.op_type, tuple(n.input), tuple(n.output), self.attrs(n, name), name)
             if node.op == "Constant":
                 data = constant_value(node)
-                _dtype(_elem_type(data), f"{node.describe()} value")
+                dtype_of(elem_type(data), f"{node.describe()} value")
                 values[node.outputs[0]] = Value.const(node.outputs[0], data)
                 continue
             for out in node.outputs:
@@ -345,35 +312,7 @@ class _Builder:
                 shape.append(int(dim.dim_value))
             else:  # symbolic, or unknown: a fresh symbol the module resolves later
                 shape.append(dim.dim_param if kind == "dim_param" else f"unk__{next(self.unknown)}")
-        return Value(name, _dtype(tt.elem_type, what), tuple(shape))
+        return Value(name, dtype_of(tt.elem_type, what), tuple(shape))
 
     def attrs(self, n: onnx.NodeProto, name: str) -> dict[str, Any]:
-        return {a.name: _attr_value(a, f"{n.op_type} node {name!r}") for a in n.attribute}
-
-
-def _elem_type(data: np.ndarray) -> int:
-    try:
-        return int(onnx.helper.np_dtype_to_tensor_dtype(data.dtype))
-    except Exception:
-        return 0
-
-
-def _attr_value(a: AttributeProto, where: str) -> Any:
-    """An attribute as a plain Python value: int, float, str, tuple of them, or np.ndarray."""
-    kind = a.type
-    if kind == AttributeProto.INT:
-        return int(a.i)
-    if kind == AttributeProto.FLOAT:
-        return float(a.f)
-    if kind == AttributeProto.STRING:
-        return a.s.decode("utf-8")
-    if kind == AttributeProto.INTS:
-        return tuple(int(v) for v in a.ints)
-    if kind == AttributeProto.FLOATS:
-        return tuple(float(v) for v in a.floats)
-    if kind == AttributeProto.STRINGS:
-        return tuple(s.decode("utf-8") for s in a.strings)
-    if kind == AttributeProto.TENSOR:
-        return _array(a.t, f"{where} attribute {a.name!r}")
-    what = AttributeProto.AttributeType.Name(kind).lower()
-    raise GraphError(f"{where} has a {what} attribute {a.name!r}, which is not supported")
+        return node_attrs(n, f"{n.op_type} node {name!r}")

@@ -115,7 +115,16 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
-_FAMILIES = ("elementwise", "reduce", "linalg", "nn", "movement", "shape", "channels_last")
+_FAMILIES = (
+    "elementwise",
+    "reduce",
+    "linalg",
+    "nn",
+    "movement",
+    "gather",
+    "shape",
+    "channels_last",
+)
 _LOADED = False
 
 
