@@ -50,14 +50,14 @@ from tuner.graph.ir import Graph, GraphError, Value
 from tuner.graph.ops import LowerContext, opdef
 from tuner.lower.extent import normal
 from tuner.lower.ir import Alloc
-from tuner.lower.lower import lower
+from tuner.lower.lower import _inline, lower
 from tuner.lower.visitor import walk_stmts
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
-from tuner.te.expr import Const
-from tuner.te.tensor import ComputeOp, TensorError
+from tuner.te.expr import Const, IterVar, Reduce, TensorRead, Var, walk
+from tuner.te.tensor import ComputeOp, PlaceholderOp, TensorError
 
 from ._target import resolve
 from .reduce import PARALLEL_MIN_BYTES
@@ -406,14 +406,54 @@ def schedule(
         if unroll > 1:
             _, cu = O.split(cols, factor=unroll)
             O.unroll(cu)
+    bodies = _inline(s.state) if reds else {}
     for name in reds:
+        column = _contiguous_axis(bodies[name], s.state.stage(name).tensor.op)
+        if column is not None:
+            _sum_along(s, name, column, lanes)
         if cfg["reductions"] == "row" and row_loop is not None:
             s[name].compute_at(O, row_loop)
         elif parallel:
             first = s[name].op.axis[0]
-            if _extents([s.state.stage(name).axis(first.name)])[0] > 1:
+            if (column is None or first.name != column.name) and _extents([s.state.stage(name).axis(first.name)])[0] > 1:
                 s[name].parallel(first)
     return s, [*placeholders, out]
+
+
+def _contiguous_axis(body: Any, op: ComputeOp) -> Any:
+    """The spatial axis of a reduction stage that every input it reads (through the stages
+    inlined into it) runs along contiguously, when no reduction axis does: the channels of
+    a channels-last global pool, the columns of a sum over rows. None otherwise."""
+    if not isinstance(body, Reduce):
+        return None
+    spatial = {a.name: a for a in op.axis}
+    reduce = {a.name for a in op.reduce_axis}
+    found = None
+    for node in walk(body):
+        if not (isinstance(node, TensorRead) and isinstance(node.tensor.op, PlaceholderOp)):
+            continue
+        free = {v.name for v in walk(node.indices[-1]) if isinstance(v, (Var, IterVar))}
+        names = free & spatial.keys()
+        if free & reduce or len(names) != 1 or found not in (None, *names):
+            return None
+        found = next(iter(names))
+    if found is None or _extents([spatial[found]])[0] <= 1:
+        return None
+    return spatial[found]
+
+
+def _sum_along(s: Schedule, name: str, column: Any, lanes: int) -> None:
+    """The reduction loops outside ``column``, which is innermost and vectorized: each step
+    of the reduction adds a whole contiguous row into the accumulators."""
+    st = s[name]
+    others = [a for a in st.op.axis if a.name != column.name]
+    st.reorder(*others, *st.op.reduce_axis, column)
+    extent = _extents([column])[0]
+    if extent > lanes:
+        _, cv = st.split(column, factor=lanes)
+        st.vectorize(cv)
+    else:
+        st.vectorize(column)
 
 
 # -- reference and costs ------------------------------------------------------------------------

@@ -212,3 +212,61 @@ def test_a_tensorflow_export_in_nhwc_needs_no_transpose_at_all(rng):
     )
     mod = _check(model, rng.standard_normal((1, 9, 8, 3)).astype(np.float32))
     assert _ops(mod) == ["Conv+Relu", "Conv"]
+
+
+def test_a_channel_shuffle_and_split_stay_channels_last(rng):
+    """ShuffleNet's block: split the channels, convolve one half, concatenate, shuffle
+    (Reshape, Transpose, Reshape), split again. Every step runs on the stored NHWC bytes:
+    one 4-D transpose in, one out, and the shuffle is one small copy."""
+    weights = {
+        "w": _w(rng, 8, 3, 3, 3), "a": _w(rng, 4, 4, 1, 1), "b": _w(rng, 4, 4, 1, 1),
+        "shape5": np.array([1, 2, 4, 5, 7], np.int64), "shape4": np.array([1, 8, 5, 7], np.int64),
+        "split": np.array([4, 4], np.int64),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Split", ["c", "split"], ["l", "r"], axis=1),
+        helper.make_node("Conv", ["r", "a"], ["ra"]),
+        helper.make_node("Relu", ["ra"], ["rr"]),
+        helper.make_node("Concat", ["l", "rr"], ["cat"], axis=1),
+        helper.make_node("Reshape", ["cat", "shape5"], ["g"]),
+        helper.make_node("Transpose", ["g"], ["gt"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["gt", "shape4"], ["s"]),
+        helper.make_node("Slice", ["s", "starts", "ends", "axes"], ["half"]),
+        helper.make_node("Conv", ["half", "b"], ["y"]),
+    ]
+    weights |= {"starts": np.array([4], np.int64), "ends": np.array([8], np.int64),
+                "axes": np.array([1], np.int64)}  # fmt: skip
+    model = make_model(
+        nodes, {"x": ("float32", (1, 3, 5, 7))}, {"y": ("float32", (1, 4, 5, 7))}, weights
+    )
+    graph = channels_last(optimize(from_onnx(model)), lanes=8)
+    four_d = [n for n in graph.nodes if n.op == "Transpose" and len(n.attr("perm")) == 4]
+    assert len(four_d) == 2, [n.describe() for n in graph.nodes]  # the image in, the result out
+    assert layouts(graph) == {"tuner.NhwcConv": 3}
+    _check(model, rng.standard_normal((1, 3, 5, 7)).astype(np.float32))
+
+
+def test_a_squeeze_and_excitation_block_stays_channels_last(rng):
+    """EfficientNet's SE: a global pool, two 1x1 convs, a sigmoid, and the image scaled by
+    the ``[N, C, 1, 1]`` result; the scale is read channels-last without a transpose."""
+    weights = {"w": _w(rng, 6, 3, 3, 3), "s1": _w(rng, 2, 6, 1, 1), "s2": _w(rng, 6, 2, 1, 1),
+               "v": _w(rng, 4, 6, 1, 1)}  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["cs"]),
+        helper.make_node("Mul", ["c", "cs"], ["a"]),  # SiLU
+        helper.make_node("GlobalAveragePool", ["a"], ["p"]),
+        helper.make_node("Conv", ["p", "s1"], ["q"]),
+        helper.make_node("Relu", ["q"], ["qr"]),
+        helper.make_node("Conv", ["qr", "s2"], ["e"]),
+        helper.make_node("Sigmoid", ["e"], ["es"]),
+        helper.make_node("Mul", ["a", "es"], ["m"]),
+        helper.make_node("Conv", ["m", "v"], ["y"]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (2, 3, 9, 11))}, {"y": ("float32", (2, 4, 9, 11))}, weights
+    )
+    graph = channels_last(optimize(from_onnx(model)), lanes=8)
+    assert [n.op for n in graph.nodes].count("Transpose") == 2, [n.describe() for n in graph.nodes]
+    _check(model, rng.standard_normal((2, 3, 9, 11)).astype(np.float32))

@@ -428,3 +428,17 @@ def test_groups_of_the_real_operators(group: str) -> None:
         pytest.skip(f"{', '.join(missing)} not registered on this branch")
     text = encode(make())
     _check(text, fused.config_space(text, AVX2).validate(fused.default_config(text, AVX2)))
+
+
+def test_a_reduction_along_rows_adds_whole_contiguous_rows() -> None:
+    """A softmax over axis 0 (a channels-last global pool's shape): each step of the
+    reduction loop adds one contiguous row, vectorized, into the accumulators, instead of
+    walking down a column with the stride of a row."""
+    text = encode(_softmax((64, 1000), 0))
+    s, tensors = fused.schedule(fused.default_config(text, AVX2), text, AVX2)
+    lines = str(tuner.lower(s, tensors)).splitlines()
+    for stage in ("t0_max", "t0_sum"):
+        update = next(i for i, ln in enumerate(lines) if f"{stage}[" in ln and "x0[" in ln)
+        loops = [ln.strip() for ln in lines[:update] if ln.strip().startswith("for ")]
+        assert loops[-3].startswith("for k0 ") and "vectorize" in loops[-1], lines
+    _check(text, fused.default_config(text, AVX2))

@@ -46,12 +46,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from .ir import Dim, Graph, Node, Value
 from .ops import OpKind, opdef
 from .ops.channels_last import NHWC_OPS
+from .ops.movement import perm_of, slice_params
+from .perms import Perm, compose, identity, inverse, reshape_layout, same_bytes
 
 __all__ = ["LAYOUT_ATTR", "channels_last"]
 
@@ -63,14 +66,16 @@ _TO_NHWC = (0, 2, 3, 1)
 _TO_NCHW = (0, 3, 1, 2)
 #: Elementwise operators whose meaning depends on an axis of their input.
 _AXIS_BOUND = frozenset({"BatchNormalization"})
+#: Far enough past either end of any axis to mean "to the end" in a Slice.
+_END = np.iinfo(np.int64).max // 2
 
 
 def _image(v: Value) -> bool:
     return v.static and len(v.shape) == 4 and v.dtype == "float32" and not v.is_const
 
 
-def _nhwc_shape(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    return tuple(shape[a] for a in _TO_NHWC)
+def _dims(v: Value) -> tuple[int, ...]:
+    return tuple(int(d) for d in v.shape)
 
 
 class _Pass:
@@ -78,94 +83,105 @@ class _Pass:
         self.g = graph
         self.values: dict[str, Value] = dict(graph.values)
         self.nodes: list[Node] = []
-        self.nhwc: dict[str, str] = {}  # NCHW name -> its channels-last twin's name
-        self.nchw_written: set[str] = set()  # NCHW values some node still writes
+        #: logical name -> (the value its producer wrote, that value's layout)
+        self.held: dict[str, tuple[str, Perm]] = {}
+        #: (logical name, layout) -> a value holding it so, made on a reader's request
+        self.forms: dict[tuple[str, Perm], str] = {}
+        self.logical: set[str] = set()  # values some node writes in their own layout
         self.readers = graph.consumers()
 
-    # -- values in either layout ------------------------------------------------
+    # -- values in any layout -------------------------------------------------------
 
-    def _new(
-        self, name: str, like: Value, shape: tuple[Dim, ...], data: np.ndarray | None = None
-    ) -> str:
+    def _new(self, name: str, like: Value, shape: tuple[Dim, ...], data: Any = None) -> str:
         while name in self.values:
             name += "_"
         self.values[name] = Value(name, like.dtype, shape, data)
         return name
 
-    def to_nhwc(self, name: str) -> str:
-        """``name`` channels-last (a Transpose inserted the first time it is asked)."""
-        if name not in self.nhwc:
-            v = self.values[name]
-            twin = self._new(f"{name}__nhwc", v, _nhwc_shape(v.shape))
-            self.nodes.append(
-                Node(
-                    "Transpose",
-                    (name,),
-                    (twin,),
-                    {"perm": _TO_NHWC, LAYOUT_ATTR: 1},
-                    f"{name}__to_nhwc",
-                )
-            )
-            self.nhwc[name] = twin
-        return self.nhwc[name]
+    def _const(self, name: str, data: Any) -> str:
+        data = np.asarray(data, np.int64)
+        return self._new(name, Value(name, "int64", data.shape), data.shape, data)
 
-    def to_nchw(self, name: str) -> str:
-        """``name`` in NCHW, for a reader that needs it: a Transpose, or a free Reshape where
-        the layouts share their bytes; once per value."""
-        if name in self.nchw_written or name not in self.nhwc:
-            return name
+    def _move(self, src: str, t: Perm, dst: str, tag: str) -> None:
+        """``dst = src.transpose(t)``: a free Reshape where no axis longer than 1 moves."""
+        shape = _dims(self.values[src])
+        if same_bytes(shape, t, identity(len(t))):
+            target = self._const(f"{dst}__shape", [shape[a] for a in t])
+            self.nodes.append(Node("Reshape", (src, target), (dst,), {}, f"{dst}__{tag}"))
+            return
+        attrs: dict[str, Any] = {"perm": t}
+        if t in (_TO_NHWC, _TO_NCHW):
+            attrs[LAYOUT_ATTR] = 1  # between the two layouts of an image: a copy template
+        self.nodes.append(Node("Transpose", (src,), (dst,), attrs, f"{dst}__{tag}"))
+
+    def is_held(self, name: str) -> bool:
+        return name in self.held
+
+    def to(self, name: str, perm: Perm) -> str:
+        """A value holding logical ``name`` in layout ``perm`` (inserted the first time it is
+        asked: a free reshape or a transpose of what the producer wrote)."""
         v = self.values[name]
-        _, c, h, w = (int(d) for d in v.shape)
-        twin = self.nhwc[name]
-        if h * w == 1 or c == 1:
-            shape = self._new(
-                f"{name}__shape", Value(name, "int64", (4,)), (4,), np.asarray(v.shape, np.int64)
-            )
-            self.nodes.append(Node("Reshape", (twin, shape), (name,), {}, f"{name}__to_nchw"))
-        else:
-            self.nodes.append(
-                Node(
-                    "Transpose",
-                    (twin,),
-                    (name,),
-                    {"perm": _TO_NCHW, LAYOUT_ATTR: 1},
-                    f"{name}__to_nchw",
-                )
-            )
-        self.nchw_written.add(name)
+        if perm == identity(len(perm)):
+            return self.to_logical(name)
+        if v.data is not None:  # a constant: permuted now
+            data = np.ascontiguousarray(v.data.transpose(perm))
+            return self._new(f"{name}__p", v, data.shape, data)
+        src, have = self.held.get(name, (name, identity(len(perm))))
+        if have == perm:
+            return src
+        if (name, perm) not in self.forms:
+            twin = self._new(f"{name}__{''.join(map(str, perm))}", v, _permuted(v.shape, perm))
+            self._move(src, compose(inverse(have), perm), twin, "layout")
+            self.forms[(name, perm)] = twin
+        return self.forms[(name, perm)]
+
+    def to_logical(self, name: str) -> str:
+        """``name`` in its own layout, for a reader that needs it; once per value."""
+        if name in self.logical or name not in self.held:
+            return name
+        src, have = self.held[name]
+        self._move(src, inverse(have), name, "logical")
+        self.logical.add(name)
         return name
 
-    def _const_nhwc(self, name: str) -> str | None:
-        """A constant operand permuted for a channels-last elementwise node (None: cannot)."""
-        v = self.values[name]
-        if v.data is None or len(v.shape) > 4:
-            return None
-        if v.data.size == 1:
-            return name
-        data = v.data.reshape((1,) * (4 - v.data.ndim) + v.data.shape).transpose(_TO_NHWC)
-        return self._new(f"{name}__nhwc", v, data.shape, np.ascontiguousarray(data))
-
-    # -- nodes ---------------------------------------------------------------------
-
-    def _outputs_nhwc(self, node: Node) -> tuple[str, ...]:
+    def _hold(
+        self, node: Node, perm: Perm, outputs: tuple[str, ...] | None = None
+    ) -> tuple[str, ...]:
+        """Names for ``node``'s outputs written in layout ``perm``."""
         outs = []
-        for o in node.outputs:
+        for o in outputs or node.outputs:
+            if not o:
+                outs.append(o)
+                continue
             v = self.values[o]
-            twin = self._new(f"{o}__nhwc", v, _nhwc_shape(v.shape))
-            self.nhwc[o] = twin
+            twin = self._new(f"{o}__{''.join(map(str, perm))}", v, _permuted(v.shape, perm))
+            self.held[o] = (twin, perm)
             outs.append(twin)
         return tuple(outs)
+
+    def _emit(self, node: Node, inputs: Any, perm: Perm, **attrs: Any) -> bool:
+        outs = self._hold(node, perm)
+        self.nodes.append(Node(node.op, tuple(inputs), outs, {**node.attrs, **attrs}, node.name))
+        return True
+
+    def _layout_of(self, names: Any, shape: tuple[Dim, ...]) -> Perm | None:
+        """The layout of the first held input of logical ``shape`` (None: none is held)."""
+        for i in names:
+            if i in self.held and tuple(self.values[i].shape) == tuple(shape):
+                return self.held[i][1]
+        return None
+
+    # -- nodes ---------------------------------------------------------------------
 
     def window(self, node: Node) -> bool:
         x = self.values[node.inputs[0]]
         if node.op not in NHWC_OPS or not _image(x) or len(node.outputs) != 1:
             return False
-        if node.op != "Conv" and node.inputs[0] not in self.nhwc and not self._nhwc_reader(node):
+        if node.op != "Conv" and not self.is_held(node.inputs[0]) and not self._nhwc_reader(node):
             return False  # two transposes for one pool
-        inputs = (self.to_nhwc(node.inputs[0]), *node.inputs[1:])
-        self.nodes.append(
-            Node(NHWC_OPS[node.op], inputs, self._outputs_nhwc(node), node.attrs, node.name)
-        )
+        inputs = (self.to(node.inputs[0], _TO_NHWC), *node.inputs[1:])
+        outs = self._hold(node, _TO_NHWC)
+        self.nodes.append(Node(NHWC_OPS[node.op], inputs, outs, node.attrs, node.name))
         return True
 
     def _nhwc_reader(self, node: Node) -> bool:
@@ -177,69 +193,151 @@ class _Pass:
         return opdef(node.op).kind is OpKind.ELEMENTWISE and node.op not in _AXIS_BOUND
 
     def elementwise(self, node: Node) -> bool:
+        """Computed in the layout of its first held full-shape input; the others follow (a
+        broadcast ``[N, C, 1, 1]`` operand by a free reshape, a constant permuted now)."""
         if not self._elementwise(node) or len(node.outputs) != 1:
             return False
         out = self.values[node.outputs[0]]
-        if not any(i in self.nhwc for i in node.inputs) or not _image(out):
+        perm = self._layout_of(node.inputs, out.shape)
+        if perm is None or not out.static:
             return False
+        rank = len(out.shape)
         inputs = []
         for i in node.inputs:
             v = self.values.get(i) if i else None
             if v is None:
                 inputs.append(i)
-            elif v.is_const:
-                const = self._const_nhwc(i)
-                if const is None:
-                    return False
-                inputs.append(const)
-            elif v.static and (
-                tuple(v.shape) == tuple(out.shape) or math.prod(int(d) for d in v.shape) == 1
-            ):
-                inputs.append(i)
-            else:
+            elif not v.static or len(v.shape) > rank:
                 return False
-        inputs = [self.to_nhwc(i) if self._is_image_input(i, out) else i for i in inputs]
-        self.nodes.append(
-            Node(node.op, tuple(inputs), self._outputs_nhwc(node), node.attrs, node.name)
-        )
-        return True
+            elif math.prod(_dims(v)) == 1 and not self.is_held(i):
+                inputs.append(i)  # a scalar broadcasts in any layout
+            else:
+                inputs.append(self.to(self._ranked(i, rank), perm))
+        return self._emit(node, inputs, perm)
 
-    def _is_image_input(self, name: str, out: Value) -> bool:
-        v = self.values.get(name) if name else None
-        return v is not None and not v.is_const and tuple(v.shape) == tuple(out.shape)
+    def _ranked(self, name: str, rank: int) -> str:
+        """``name`` with leading axes of 1 up to ``rank`` (ONNX's broadcast), a view."""
+        v = self.values[name]
+        if len(v.shape) == rank:
+            return name
+        shape = (1,) * (rank - len(v.shape)) + _dims(v)
+        if v.data is not None:
+            return self._new(f"{name}__r{rank}", v, shape, v.data.reshape(shape))
+        out = self._new(f"{name}__r{rank}", v, shape)
+        src = self.to_logical(name)
+        self.nodes.append(
+            Node("Reshape", (src, self._const(f"{out}__shape", shape)), (out,), {}, f"{out}__rank")
+        )
+        self.logical.add(out)
+        return out
 
     def concat(self, node: Node) -> bool:
-        if node.op != "Concat" or not any(i in self.nhwc for i in node.inputs):
+        out = self.values[node.outputs[0]]
+        if node.op != "Concat" or not out.static:
             return False
-        ins = [self.values[i] for i in node.inputs]
-        if not all(_image(v) for v in ins) or int(node.attr("axis", 0)) % 4 != 1:
+        rank = len(out.shape)
+        perm = next((self.held[i][1] for i in node.inputs if i in self.held), None)
+        if perm is None or any(not self.values[i].static for i in node.inputs):
             return False
-        inputs = tuple(self.to_nhwc(i) for i in node.inputs)
-        attrs = {**node.attrs, "axis": 3}
-        self.nodes.append(Node("Concat", inputs, self._outputs_nhwc(node), attrs, node.name))
-        return True
+        inputs = [self.to(i, perm) for i in node.inputs]
+        axis = perm.index(int(node.attr("axis", 0)) % rank)
+        return self._emit(node, inputs, perm, axis=axis)
 
     def transpose(self, node: Node) -> bool:
-        """A ``Transpose`` between the two layouts (a TensorFlow export's NHWC input and
-        output). Out of channels-last: its input is the channels-last form of its output,
-        written in NCHW only if a reader asks (``to_nchw``). Into it, of a value held
-        channels-last: that value itself (a view)."""
-        if node.op != "Transpose" or not _image(self.values[node.inputs[0]]):
+        """A ``Transpose`` of a held value moves no byte: its output is held in the layout
+        that makes the stored bytes its own. Out of channels-last of a value not held (a
+        TensorFlow export's NHWC input), the same: its input is the channels-last form of
+        its output, written in NCHW only if a reader asks."""
+        if node.op != "Transpose" or len(node.outputs) != 1:
             return False
-        perm, (x,), (y,) = tuple(node.attr("perm", ())), node.inputs, node.outputs
-        if perm == _TO_NCHW and x not in self.nhwc:
-            self.nhwc[y] = x
+        (x,), (y,) = node.inputs, node.outputs
+        v = self.values[x]
+        if not v.static:
+            return False
+        t = perm_of(node, len(v.shape))
+        if x in self.held:
+            src, have = self.held[x]
+            perm = compose(inverse(t), have)
+            if same_bytes(_dims(self.values[y]), perm, identity(len(perm))):
+                self._move(src, compose(inverse(have), t), y, "view")
+                self.logical.add(y)
+            else:
+                self.held[y] = (src, perm)
             return True
-        if perm == _TO_NHWC and x in self.nhwc:
-            self.nodes.append(Node("Identity", (self.nhwc[x],), (y,), {}, node.name))
-            self.nchw_written.add(y)
+        if t == _TO_NCHW and _image(v):
+            self.held[y] = (x, _TO_NHWC)
             return True
         return False
 
+    def reshape(self, node: Node) -> bool:
+        """A ``Reshape`` of a held value keeps its layout where the axes it merges or splits
+        lie together (ShuffleNet's channel shuffle: ``[N, C, H, W]`` to ``[N, 2, C/2, H, W]``
+        splits the last axis of the stored ``[N, H, W, C]``); a transpose of the stored
+        bytes brings them together where they do not."""
+        if node.op != "Reshape" or node.inputs[0] not in self.held:
+            return False
+        x, y = self.values[node.inputs[0]], self.values[node.outputs[0]]
+        if not (x.static and y.static):
+            return False
+        plan = reshape_layout(_dims(x), self.held[node.inputs[0]][1], _dims(y))
+        if plan is None:
+            return False
+        source, perm = plan
+        src = self.to(node.inputs[0], source)
+        if same_bytes(_dims(y), perm, identity(len(perm))):
+            shape = self._const(f"{y.name}__shape", _dims(y))
+            self.nodes.append(Node("Reshape", (src, shape), (y.name,), {}, node.name))
+            self.logical.add(y.name)
+            return True
+        shape = self._const(f"{y.name}__shape", _permuted(_dims(y), perm))
+        self.nodes.append(Node("Reshape", (src, shape), self._hold(node, perm), {}, node.name))
+        return True
+
+    def slice(self, node: Node) -> bool:
+        """A ``Slice`` of a held value slices the stored axes (its bounds made explicit)."""
+        if node.op != "Slice" or node.inputs[0] not in self.held:
+            return False
+        x = self.values[node.inputs[0]]
+        consts = []
+        for i in node.inputs[1:5]:
+            v = self.values.get(i) if i else None
+            if i and (v is None or v.data is None):
+                return False
+            consts.append(None if v is None else v.data)
+        consts += [None] * (4 - len(consts))
+        if not x.static:
+            return False
+        params = slice_params(node, _dims(x), *consts)
+        src, perm = self.held[node.inputs[0]]
+        axes = [i for i, a in enumerate(perm) if params[a] != (0, 1, int(x.shape[a]))]
+        starts = [params[perm[i]][0] for i in axes]
+        steps = [params[perm[i]][1] for i in axes]
+        ends = [s + st * n if s + st * n >= 0 else -_END
+                for s, st, n in (params[perm[i]] for i in axes)]  # fmt: skip
+        name = node.outputs[0]
+        ins = (src, *(self._const(f"{name}__{k}", d) for k, d in
+                     (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))))  # fmt: skip
+        self.nodes.append(Node("Slice", ins, self._hold(node, perm), {}, node.name))
+        return True
+
+    def split(self, node: Node) -> bool:
+        """A ``Split`` of a held value splits the stored axis."""
+        if node.op != "Split" or node.inputs[0] not in self.held:
+            return False
+        x = self.values[node.inputs[0]]
+        if not x.static or not all(self.values[o].static for o in node.outputs if o):
+            return False
+        src, perm = self.held[node.inputs[0]]
+        axis = perm.index(int(node.attr("axis", 0)) % len(x.shape))
+        ins = (src, *node.inputs[1:])
+        outs = self._hold(node, perm)
+        self.nodes.append(Node("Split", ins, outs, {**node.attrs, "axis": axis}, node.name))
+        return True
+
     def other(self, node: Node) -> None:
-        inputs = tuple(self.to_nchw(i) if i else i for i in node.inputs)
+        inputs = tuple(self.to_logical(i) if i else i for i in node.inputs)
         self.nodes.append(Node(node.op, inputs, node.outputs, node.attrs, node.name))
-        self.nchw_written.update(o for o in node.outputs if o)
+        self.logical.update(o for o in node.outputs if o)
 
     def run(self) -> Graph:
         for node in self.g.nodes:
@@ -248,10 +346,17 @@ class _Pass:
                 or self.elementwise(node)
                 or self.concat(node)
                 or self.transpose(node)
+                or self.reshape(node)
+                or self.slice(node)
+                or self.split(node)
             ):
                 self.other(node)
-        outputs = tuple(self.to_nchw(o) for o in self.g.outputs)
+        outputs = tuple(self.to_logical(o) for o in self.g.outputs)
         return self.g.replace(nodes=tuple(self.nodes), values=self.values, outputs=outputs)
+
+
+def _permuted(shape: tuple[Dim, ...], perm: Perm) -> tuple[Dim, ...]:
+    return tuple(shape[a] for a in perm)
 
 
 def channels_last(graph: Graph, lanes: int = 8) -> Graph:

@@ -4,6 +4,15 @@ Index expressions are brought to a canonical linear form (a sum of
 ``coefficient * atom`` plus a constant). With the ranges of loop variables,
 ``(16*jb + ji) // 16`` becomes ``jb`` and ``(16*jb + ji) % 16`` becomes ``ji``
 when ``0 <= ji < 16``, which is what makes packed buffers index cheaply.
+
+The other direction matters as much: a loop over a flat index ``f`` that a
+tensor reads as ``[H, W, C]`` decomposes it (``f // C // W``, ``(f // C) % W``,
+``f % C``) and the address recombines the parts. ``x // a // b`` is
+``x // (a*b)``, and in a sum ``c*a*((x // a) % b) + c*(x % a)`` is
+``c*(x % (a*b))`` and ``c*a*(x // a) + c*(x % a)`` is ``c*x``: applied until
+nothing changes, the address of an elementwise kernel over a flat loop is
+the flat index again (contiguous, so it vectorizes) instead of a chain of
+divisions per element.
 """
 
 from __future__ import annotations
@@ -143,15 +152,63 @@ def _divmod(op: str, num: Expr, d: int, ranges: Ranges, dtype: str) -> Expr | No
     return None
 
 
+def _divisor(e: Expr, op: str) -> int | None:
+    """``d`` when ``e`` is ``x // d`` or ``x % d`` (``op``) with a constant ``d > 0``."""
+    if isinstance(e, Binary) and e.op == op and isinstance(e.b, Const) and int(e.b.value) > 0:
+        return int(e.b.value)
+    return None
+
+
+def _divmod_expr(op: str, x: Expr, d: int, ranges: Ranges, dtype: str) -> Expr:
+    done = _divmod(op, x, d, ranges, dtype)
+    return Binary(op, x, Const(d, dtype), dtype) if done is None else done
+
+
+def _merge(lin: Linear, ranges: Ranges, dtype: str) -> Linear:
+    """Recombine the parts of a decomposed index (see the module's docstring)."""
+    changed = True
+    while changed:
+        changed = False
+        for atom, c in lin.terms.items():
+            a = _divisor(atom, "mod")
+            if a is None:
+                continue
+            assert isinstance(atom, Binary)
+            x = atom.a
+            quotient = Binary("floordiv", x, Const(a, dtype), dtype)
+            for other, k in lin.terms.items():
+                if k != c * a:
+                    continue
+                if other == quotient:  # c*a*(x // a) + c*(x % a) = c*x
+                    merged = linear(x).scale(c)
+                else:
+                    b = _divisor(other, "mod")
+                    if b is None or not isinstance(other, Binary) or other.a != quotient:
+                        continue
+                    merged = Linear({_divmod_expr("mod", x, a * b, ranges, dtype): c}, 0)
+                    merged = linear(render_linear(merged, dtype))
+                kept = {t: v for t, v in lin.terms.items() if t not in (atom, other)}
+                lin = Linear(kept, lin.const).add(merged)
+                changed = True
+                break
+            if changed:
+                break
+    return lin
+
+
 def _fold(e: Expr, ranges: Ranges) -> Expr | None:
     if isinstance(e, Binary) and is_int(e.dtype):
         if e.op in ("add", "sub", "mul"):
-            return render_linear(linear(e), e.dtype)
+            return render_linear(_merge(linear(e), ranges, e.dtype), e.dtype)
         if e.op in ("floordiv", "mod") and isinstance(e.b, Const):
             d = int(e.b.value)
             if isinstance(e.a, Const):
                 a = int(e.a.value)
                 return Const(a // d if e.op == "floordiv" else a % d, e.dtype)
+            inner = _divisor(e.a, "floordiv") if e.op == "floordiv" and d > 0 else None
+            if inner is not None:  # x // a // b = x // (a*b)
+                assert isinstance(e.a, Binary)
+                return _divmod_expr("floordiv", e.a.a, inner * d, ranges, e.dtype)
             if d > 0:
                 return _divmod(e.op, e.a, d, ranges, e.dtype)
         if e.op in ("min", "max"):

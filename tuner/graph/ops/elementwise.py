@@ -67,26 +67,38 @@ def te_shape(shape: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(d if isinstance(d, Expr) else int(d) for d in shape) or (1,)
 
 
-def broadcast_index(tensor: Tensor, out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
+def broadcast_index(
+    tensor: Tensor, out_indices: Sequence[Expr], out_shape: Sequence[Any] = ()
+) -> tuple[Expr, ...]:
     """Indices into ``tensor`` for the output element at ``out_indices`` under NumPy broadcasting.
 
     The tensor's dimensions align with the last ones of the output; one of
-    extent 1 is read at 0. A rank-0 value (te shape ``(1,)``) is read at 0
-    whatever the output's rank.
+    extent 1 is read at 0, unless the output's extent there (``out_shape``,
+    when given) is 1 too: then the output's index, which is 0 as well but
+    keeps a flat loop's address recombinable (``tuner.lower.simplify``). A
+    rank-0 value (te shape ``(1,)``) is read at 0 whatever the output's rank.
 
     >>> b = te.placeholder((1, 3), name="b")
     >>> broadcast_index(b, (te.var("i"), te.var("j"), te.var("k")))
     (0, k)
     """
-    return broadcast_dims(tensor.shape, out_indices)
+    return broadcast_dims(tensor.shape, out_indices, out_shape)
 
 
-def broadcast_dims(shape: Sequence[Any], out_indices: Sequence[Expr]) -> tuple[Expr, ...]:
+def _one(extent: Any) -> bool:
+    return extent == 1 or (isinstance(extent, Const) and extent.value == 1)
+
+
+def broadcast_dims(
+    shape: Sequence[Any], out_indices: Sequence[Expr], out_shape: Sequence[Any] = ()
+) -> tuple[Expr, ...]:
     """:func:`broadcast_index` on a shape (for operands whose leading dims are not the output's)."""
     offset = len(out_indices) - len(shape)
     idx: list[Expr] = []
     for d, extent in enumerate(shape):
-        if extent == 1 or (isinstance(extent, Const) and extent.value == 1):
+        if _one(extent) and out_shape and offset + d >= 0 and _one(out_shape[offset + d]):
+            idx.append(out_indices[offset + d])
+        elif _one(extent):
             idx.append(Const(0, "int64"))
         elif offset + d < 0:
             raise GraphError(f"shape {tuple(shape)} does not broadcast to rank {len(out_indices)}")
@@ -104,11 +116,12 @@ def _lower_map(ctx: LowerContext, fn: Callable[..., Expr], inputs: Sequence[int]
     """One stage: ``fn`` of the (broadcast) elements of ``inputs``, cast to the output dtype."""
     out = ctx.outputs[0]
     tensors = [ctx.tensor(i) for i in inputs]
+    shape = te_shape(out.shape)
 
     def body(*idx: Expr) -> Expr:
-        return fn(*(t[broadcast_index(t, idx)] for t in tensors))
+        return fn(*(t[broadcast_index(t, idx, shape)] for t in tensors))
 
-    return [te.compute(te_shape(out.shape), body, name=ctx.name, dtype=out.dtype)]
+    return [te.compute(shape, body, name=ctx.name, dtype=out.dtype)]
 
 
 def _result(value: Any, dtype: Any) -> np.ndarray:

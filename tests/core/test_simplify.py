@@ -1,0 +1,70 @@
+"""Index simplification: a flat loop's decomposed index recombines into the flat index."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tuner.lower.simplify import simplify
+from tuner.te.expr import Binary, Const, Var, walk
+
+ii, io, o = Var("ii"), Var("io"), Var("o")
+
+
+def _divisions(e):
+    return sum(isinstance(n, Binary) and n.op in ("floordiv", "mod") for n in walk(e))
+
+
+_OPS = {"add": int.__add__, "sub": int.__sub__, "mul": int.__mul__,
+        "floordiv": int.__floordiv__, "mod": int.__mod__}  # fmt: skip
+
+
+def _value(e, env):
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, Const):
+        return int(e.value)
+    return _OPS[e.op](_value(e.a, env), _value(e.b, env))
+
+
+@pytest.mark.parametrize(("h", "w", "c"), [(112, 112, 32), (28, 28, 58), (7, 7, 1), (1, 13, 3)])
+def test_a_decomposed_flat_index_recombines(h, w, c):
+    """``f`` split as ``[N, H, W, C]`` and addressed again is ``f``: no division per element."""
+    f = ii + io * 64 + o * 4096
+    addr = (f // c // w // h) * (h * w * c) + (f // c // w % h) * (w * c) + (f // c % w) * c + f % c
+    ranges = {"ii": (0, 63), "io": (0, 63), "o": (0, (h * w * c) // 4096)}
+    got = simplify(addr, ranges)
+    assert _divisions(got) == 0, got
+    for a, b, d in itertools.product((0, 5, 63), (0, 17, 63), range(ranges["o"][1] + 1)):
+        env = {"ii": a, "io": b, "o": d}
+        flat = a + 64 * b + 4096 * d
+        if flat < h * w * c:
+            assert _value(got, env) == flat
+
+
+def test_a_channel_slice_offset_keeps_one_division():
+    """A slice of channels 58..115 of a ``[116, 28, 28]`` image read by a flat loop: the
+    channel, row and column parts merge; one ``% 45472`` stays, as the loop's guard (not its
+    variables' ranges) is what keeps ``f`` below it."""
+    f = ii + io * 64 + o * 16384
+    addr = ((f // 28) // 28 % 58) * 784 + 28 * ((f // 28) % 28) + f % 28 + 45472
+    got = simplify(addr, {"ii": (0, 63), "io": (0, 255), "o": (0, 2)})
+    assert _divisions(got) == 1, got
+
+
+def test_parts_that_do_not_line_up_stay_divided():
+    """``3 * (x // 4) + x % 4`` is not ``x``: nothing merges."""
+    x = Var("x")
+    got = simplify(3 * (x // 4) + x % 4, {"x": (0, 100)})
+    for v in range(101):
+        assert _value(got, {"x": v}) == 3 * (v // 4) + v % 4
+    assert _divisions(got) == 2
+
+
+def test_division_chains_merge():
+    x = Var("x")
+    got = simplify(x // 7 // 3, {"x": (0, 1000)})
+    assert _divisions(got) == 1
+    assert all(_value(got, {"x": v}) == v // 21 for v in np.arange(1001).tolist())
