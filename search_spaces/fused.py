@@ -415,7 +415,8 @@ def schedule(
             s[name].compute_at(O, row_loop)
         elif parallel:
             first = s[name].op.axis[0]
-            if (column is None or first.name != column.name) and _extents([s.state.stage(name).axis(first.name)])[0] > 1:
+            along = column is not None and first.name == column.name
+            if not along and _extents([s.state.stage(name).axis(first.name)])[0] > 1:
                 s[name].parallel(first)
     return s, [*placeholders, out]
 
