@@ -7,12 +7,14 @@ when ``0 <= ji < 16``, which is what makes packed buffers index cheaply.
 
 The other direction matters as much: a loop over a flat index ``f`` that a
 tensor reads as ``[H, W, C]`` decomposes it (``f // C // W``, ``(f // C) % W``,
-``f % C``) and the address recombines the parts. ``x // a // b`` is
-``x // (a*b)``, and in a sum ``c*a*((x // a) % b) + c*(x % a)`` is
-``c*(x % (a*b))`` and ``c*a*(x // a) + c*(x % a)`` is ``c*x``: applied until
-nothing changes, the address of an elementwise kernel over a flat loop is
-the flat index again (contiguous, so it vectorizes) instead of a chain of
-divisions per element.
+``f % C``) and the address recombines the parts. In a sum,
+``c*a*((x // a) % b) + c*(x % a)`` is ``c*(x % (a*b))`` and
+``c*a*(x // a) + c*(x % a)`` is ``c*x``: applied until nothing changes, the
+address of an elementwise kernel over a flat loop is the flat index again
+(contiguous, so it vectorizes) instead of a chain of divisions per element.
+A chain ``x // a // b`` stays a chain: its first quotient is shared by every
+part that divides further (a transpose's addresses ran four times slower
+with each part divided from ``x`` afresh).
 """
 
 from __future__ import annotations
@@ -164,6 +166,15 @@ def _divmod_expr(op: str, x: Expr, d: int, ranges: Ranges, dtype: str) -> Expr:
     return Binary(op, x, Const(d, dtype), dtype) if done is None else done
 
 
+def _chain(e: Expr) -> tuple[Expr, int]:
+    """``e`` as ``(x, d)`` with ``e == x // d``: a chain ``x // a // b`` is ``(x, a*b)``."""
+    d = 1
+    while (q := _divisor(e, "floordiv")) is not None:
+        assert isinstance(e, Binary)
+        d, e = d * q, e.a
+    return e, d
+
+
 def _merge(lin: Linear, ranges: Ranges, dtype: str) -> Linear:
     """Recombine the parts of a decomposed index (see the module's docstring)."""
     changed = True
@@ -175,15 +186,17 @@ def _merge(lin: Linear, ranges: Ranges, dtype: str) -> Linear:
                 continue
             assert isinstance(atom, Binary)
             x = atom.a
-            quotient = Binary("floordiv", x, Const(a, dtype), dtype)
+            base, q = _chain(x)
             for other, k in lin.terms.items():
-                if k != c * a:
+                if k != c * a or other is atom:
                     continue
-                if other == quotient:  # c*a*(x // a) + c*(x % a) = c*x
+                if _chain(other) == (base, q * a):  # c*a*(x // a) + c*(x % a) = c*x
                     merged = linear(x).scale(c)
                 else:
                     b = _divisor(other, "mod")
-                    if b is None or not isinstance(other, Binary) or other.a != quotient:
+                    if b is None or not isinstance(other, Binary):
+                        continue
+                    if _chain(other.a) != (base, q * a):
                         continue
                     merged = Linear({_divmod_expr("mod", x, a * b, ranges, dtype): c}, 0)
                     merged = linear(render_linear(merged, dtype))
@@ -205,10 +218,6 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
             if isinstance(e.a, Const):
                 a = int(e.a.value)
                 return Const(a // d if e.op == "floordiv" else a % d, e.dtype)
-            inner = _divisor(e.a, "floordiv") if e.op == "floordiv" and d > 0 else None
-            if inner is not None:  # x // a // b = x // (a*b)
-                assert isinstance(e.a, Binary)
-                return _divmod_expr("floordiv", e.a.a, inner * d, ranges, e.dtype)
             if d > 0:
                 return _divmod(e.op, e.a, d, ranges, e.dtype)
         if e.op in ("min", "max"):
