@@ -56,7 +56,14 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
-from ._conv_tiles import channels_last_default, column_tiles, default_config, tiles, vectors
+from ._conv_tiles import (
+    channel_tiles,
+    channels_last_default,
+    column_tiles,
+    default_config,
+    exact_channel_tiles,
+    vectors,
+)
 from ._cuda import conv2d as gpu
 from ._cuda import is_gpu
 from ._epilogue import NONE, PARAM_DOC, Epilogue
@@ -398,7 +405,7 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     L, budget = tgt.lanes("float32"), accumulator_budget(tgt)
     sp = ConfigSpace()
     sp.define_knob("vector", ["k"] if p.nhwc else ["k", "ow"])
-    sp.define_knob("kr", [p.block] if p.blocked else tiles(L))
+    sp.define_knob("kr", [p.block] if p.blocked else channel_tiles(p, L))
     sp.define_knob("owr", column_tiles(p, L))
     sp.define_knob("ohr", [1, 2, 3, 4])
     sp.define_knob("reduction", ["crs", "rsc"])
@@ -421,8 +428,10 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
         lambda c: (
             (c["kr"] if c["vector"] == "k" else c["owr"]) % L == 0
             or (c["kr"] >= p.K if c["vector"] == "k" else c["owr"] >= p.OW)
+            or (c["vector"] == "k" and c["kr"] in exact_channel_tiles(p.K, L))
         ),
-        f"the SIMD axis of the tile is whole {L}-lane vectors or covers its whole extent",
+        f"the SIMD axis of the tile is whole {L}-lane vectors, covers its whole extent or"
+        " divides the channels in half vectors",
     )
     sp.add_constraint(
         lambda c: c["kr"] < p.K + L and c["owr"] < p.OW + L and c["ohr"] <= p.OH,

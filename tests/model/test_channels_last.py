@@ -270,3 +270,28 @@ def test_a_squeeze_and_excitation_block_stays_channels_last(rng):
     graph = channels_last(optimize(from_onnx(model)), lanes=8)
     assert [n.op for n in graph.nodes].count("Transpose") == 2, [n.describe() for n in graph.nodes]
     _check(model, rng.standard_normal((2, 3, 9, 11)).astype(np.float32))
+
+
+def test_a_batch_norm_after_a_concat_stays_channels_last(rng):
+    """DenseNet's pre-activation: a BatchNormalization no convolution absorbs (it reads a
+    concatenation) is a per-channel scale and shift in the layout, not two transposes."""
+    weights = {
+        "w": _w(rng, 4, 3, 3, 3), "v": _w(rng, 3, 4, 1, 1), "u": _w(rng, 5, 7, 3, 3),
+        "g": (rng.random(7) + 0.5).astype(np.float32), "b": _w(rng, 7),
+        "m": _w(rng, 7), "var": (rng.random(7) + 0.5).astype(np.float32),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c", "v"], ["d"]),
+        helper.make_node("Concat", ["c", "d"], ["cat"], axis=1),
+        helper.make_node("BatchNormalization", ["cat", "g", "b", "m", "var"], ["bn"], epsilon=1e-3),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("Conv", ["r", "u"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (2, 3, 6, 5))}, {"y": ("float32", (2, 5, 6, 5))}, weights
+    )
+    graph = channels_last(optimize(from_onnx(model)), lanes=8)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("Transpose") == 2 and "BatchNormalization" not in ops, ops
+    _check(model, rng.standard_normal((2, 3, 6, 5)).astype(np.float32))

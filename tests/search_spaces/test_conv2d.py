@@ -221,3 +221,20 @@ def test_a_tile_only_avx512_registers_hold_builds_and_matches_numpy(vector: str)
     out = np.full(tensors[-1].shape_ints, 12345, np.float32)
     tuner.build(s, tensors)(*arrays, out)
     np.testing.assert_allclose(out, cv.reference(p, *arrays), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("target", "groups", "kr"), [(AVX512, 1, 24), (AVX512, 72, 24), (AVX2, 72, 24)]
+)
+def test_channels_no_whole_vector_divides_get_an_exact_half_vector_tile(target, groups, kr):
+    """72 channels: 4.5 vectors of 16 lanes. The channels-last default tiles them by 24 (one
+    and a half vectors, no edge block run element by element); with 8 lanes 24 is whole."""
+    c = 72 if groups > 1 else 24
+    p = Conv2d(1, c, 9, 10, 72, 3, 3, pad=1, groups=groups, bias=True, layout="NHWC")
+    cfg = cv.config_space(p, target).validate(cv.default_config(p, target))
+    assert cfg["kr"] == kr
+    arrays = inputs(p)
+    s, tensors = cv.schedule(cfg, p, target)
+    out = np.full(tensors[-1].shape_ints, 12345, np.float32)
+    tuner.build(s, tensors)(*arrays, out)
+    np.testing.assert_allclose(out, cv.reference(p, *arrays), rtol=1e-4, atol=1e-4)

@@ -13,22 +13,32 @@ block is the simplest of them: no channel padding, and an elementwise
 operator between two convolutions needs no change at all.
 
 The pass walks the graph once, in order, and keeps each value in the layout
-its producer wrote:
+its producer wrote. A layout is a permutation (:mod:`tuner.graph.perms`): a
+value held in ``perm`` is stored as ``logical.transpose(perm)``, channels-last
+being ``(0, 2, 3, 1)``.
 
 - every 2-D ``Conv``, ``MaxPool``, ``AveragePool`` and global pool of a
   static float32 image becomes its channels-last twin
   (:mod:`tuner.graph.ops.channels_last`);
 - an elementwise operator (``Add``, ``Relu``, ``Clip``, ``Mul`` ...; not
-  ``BatchNormalization``, whose parameters run along axis 1) whose 4-D input
-  is channels-last is computed channels-last: its other 4-D inputs are
-  brought over, and a constant that broadcasts (a ``[C, 1, 1]`` scale) is
-  permuted at compile time;
-- ``Concat`` along the channels concatenates along the last axis;
-- any other reader (a ``Flatten`` into a classifier, a ``Reshape``, a
-  ``Transpose``, the graph's outputs) gets the NCHW value back from one
-  ``Transpose`` inserted before its first reader, or from a ``Reshape`` where
-  the image is one pixel or one channel (the same bytes in both layouts: a
-  global pool into a classifier costs nothing).
+  ``BatchNormalization``, whose parameters run along axis 1) with a held
+  input of its output's shape is computed in that input's layout: its other
+  inputs are brought over (a broadcast ``[N, C, 1, 1]`` operand, a
+  squeeze-and-excitation scale, by a free reshape: axes of extent 1 carry no
+  bytes), and a constant (a ``[C, 1, 1]`` scale) is permuted at compile time;
+- an inference ``BatchNormalization`` that no convolution absorbed is that
+  elementwise ``x * s + t`` with per-channel constants;
+- ``Concat``, ``Slice`` and ``Split`` of held values work on the stored
+  axes; a ``Transpose`` of a held value moves no byte (its output is held in
+  the composed layout); a ``Reshape`` of one keeps the layout where the axes
+  it merges or splits lie together in storage, and moves the stored bytes
+  once where they do not (ShuffleNet's channel shuffle: ``[N, C, H, W]`` to
+  ``[N, 2, C/2, H, W]``, transposed, merged back: one small copy of the
+  stored ``[N, H, W, 2, C/2]`` instead of two 4-D transposes around it);
+- any other reader (a ``Flatten`` into a classifier, a ``Gather``, the
+  graph's outputs) gets the value in its own layout from one ``Transpose``
+  inserted before its first reader, or from a ``Reshape`` where the bytes are
+  the same (a global pool into a classifier costs nothing).
 
 A ``Transpose`` out of channels-last (a model exported from TensorFlow
 takes NHWC images) is not written at all unless an NCHW reader needs it.
@@ -231,6 +241,38 @@ class _Pass:
         self.logical.add(out)
         return out
 
+    def batchnorm(self, node: Node) -> bool:
+        """An inference ``BatchNormalization`` of a held value that no convolution absorbed
+        (DenseNet's, after each concatenation) as ``x * s + t``, its per-channel constants
+        ``s = scale / sqrt(var + eps)`` and ``t = beta - mean * s`` permuted to the layout."""
+        if node.op != "BatchNormalization" or node.inputs[0] not in self.held:
+            return False
+        if node.attr("training_mode", 0) or any(node.outputs[1:]):
+            return False
+        params = [self.values[i].data for i in node.inputs[1:5]]
+        x = self.values[node.inputs[0]]
+        if any(p is None for p in params) or x.dtype != "float32" or not x.static:
+            return False
+        scale, beta, mean, var = (np.asarray(p, np.float64).reshape(-1) for p in params)
+        s = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
+        t = beta - mean * s
+        shape = (1, -1) + (1,) * (len(x.shape) - 2)
+        perm = self.held[node.inputs[0]][1]
+        name = node.outputs[0]
+        s_name, t_name = (
+            self._new(f"{name}__{k}", x, data.shape, data)
+            for k, data in (("s", s.astype(np.float32).reshape(shape)),
+                            ("t", t.astype(np.float32).reshape(shape)))
+        )  # fmt: skip
+        scaled = self._new(f"{name}__scaled", x, _permuted(x.shape, perm))
+        src = self.held[node.inputs[0]][0]
+        self.nodes.append(
+            Node("Mul", (src, self.to(s_name, perm)), (scaled,), {}, f"{node.name}__scale")
+        )
+        outs = self._hold(node, perm)
+        self.nodes.append(Node("Add", (scaled, self.to(t_name, perm)), outs, {}, node.name))
+        return True
+
     def concat(self, node: Node) -> bool:
         out = self.values[node.outputs[0]]
         if node.op != "Concat" or not out.static:
@@ -344,6 +386,7 @@ class _Pass:
             if not (
                 self.window(node)
                 or self.elementwise(node)
+                or self.batchnorm(node)
                 or self.concat(node)
                 or self.transpose(node)
                 or self.reshape(node)
