@@ -254,8 +254,16 @@ def config_space(
     return sp.freeze()
 
 
-#: The smallest batch whose default tile runs its vectors along the batch.
+#: The smallest batch whose default tile runs its vectors along the batch, for short
+#: reductions (fewer than ``_LONG_REDUCTION`` input features).
 _BATCH_VECTORS_FROM = 64
+#: From this many input features the batch's vectors win from the smallest batch past the
+#: GEMV's: the features' orientation packs all of W on every call, N x K floats for a
+#: batch of a few rows. Two threads, Zen 4, GFLOP/s features/batch at 768 -> 3072:
+#: batch 16 70/203, 49 102/161; 3072 -> 768: 16 20/153, 49 54/147; 2048 -> 1000: 32
+#: 37/163; but 96 -> 384, 49 rows: 89/41 (26 of 30 shapes of 9 to 63 rows went to the
+#: batch, all four others at 96 features).
+_LONG_REDUCTION = 256
 #: The largest batch whose space has vectors along k (a matrix-vector product, or nearly).
 _GEMV_UP_TO = 8
 #: The largest batch whose default runs vectors along k, and the features of its tile:
@@ -277,7 +285,8 @@ def default_config(
     epilogue: str = NONE,
 ) -> dict[str, Any]:
     """Vectors along k up to a batch of 8 (``search_spaces._gemv``: W read once, in
-    place), along the batch from 64 rows (a 6x16 tile, blocks of 48 features), else
+    place), along the batch from 64 rows, or from 9 with 256 input features or more
+    (a 6x16 tile, blocks of 48 features; see ``_LONG_REDUCTION``), else
     matmul's default tile with MC up to 144 rows (one row block for a batch of 128), panels.
 
     The batch tile is 6 rows of two vectors of the target's lanes (6x16 with
@@ -300,7 +309,12 @@ def default_config(
     if vectors is None and batch <= _GEMV_DEFAULT_UP_TO and in_features >= L:
         vectors = "k"
     if vectors is None:
-        vectors = "batch" if batch >= _BATCH_VECTORS_FROM else "features"
+        long = in_features >= _LONG_REDUCTION
+        vectors = (
+            "batch"
+            if batch >= (_GEMV_DEFAULT_UP_TO + 1 if long else _BATCH_VECTORS_FROM)
+            else "features"
+        )
     if vectors == "k":
         unused = {"kc": kc_choices(in_features)[0], "mc_tiles": 1, "nc_tiles": 1, "k_unroll": 1}
         tile = {"mr": min(_GEMV_ROWS, out_features), "nr": L}

@@ -187,12 +187,14 @@ def test_default_config_is_valid_for_any_shape(
 
 
 def test_default_runs_vectors_along_a_large_batch() -> None:
-    """At the suite's shape: vectors along the batch, no edge tiles; a batch of 9 to 63 keeps
-    features (one of at most 8 runs its vectors along k)."""
+    """At the suite's shape: vectors along the batch, no edge tiles; a batch of 9 to 63 too
+    when the reduction is long (W is not packed on every call), but it keeps features over
+    96 input features (one of at most 8 runs its vectors along k)."""
     cfg = dense.default_config(128, 768, 3072, True, "relu", target=AVX2)
     assert cfg["vectors"] == "batch" and cfg["epilogue_at"] == "panel"
     assert 128 % cfg["nr"] == 0 and 3072 % (cfg["mr"] * cfg["mc_tiles"]) == 0
-    small = dense.default_config(9, 768, 3072, True, "relu", target=AVX2)
+    assert dense.default_config(9, 768, 3072, True, "relu", target=AVX2)["vectors"] == "batch"
+    small = dense.default_config(9, 96, 3072, True, "relu", target=AVX2)
     assert small["vectors"] == "features"
     asked = dense.default_config(128, 768, 3072, True, "relu", vectors="features", target=AVX2)
     assert asked["vectors"] == "features" and asked["mr"] * asked["mc_tiles"] >= 128
