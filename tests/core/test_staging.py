@@ -97,3 +97,20 @@ def test_a_parallel_loop_is_not_staged() -> None:
     y = np.empty((3, 12), np.float32)
     kern(x, y)
     np.testing.assert_allclose(y, x * 2)
+
+
+def test_transcendental_lanes_are_unrolled_in_the_source() -> None:
+    """``Y = X * sigmoid(X) + b`` (SiLU with a bias), 16 SIMD lanes: too heavy for LLVM to
+    unroll before its SLP vectorizer, so the source holds each lane already unrolled."""
+    X = te.placeholder((5, 16), "float32", name="X")
+    b = te.placeholder((16,), "float32", name="b")
+    Y = te.compute((5, 16), lambda i, j: X[i, j] * te.sigmoid(X[i, j]) + b[j], name="Y")
+    s = te.create_schedule(Y)
+    s[Y].vectorize(s[Y].op.axis[1])
+    kern = tuner.build(s, [X, b, Y], options=SLP)
+    assert kern.source.count("sigmoid32(") == 16 and "Y_j_v[15] = " in kern.source
+    x = RNG.standard_normal((5, 16)).astype(np.float32)
+    bias = RNG.standard_normal(16).astype(np.float32)
+    y = np.full((5, 16), np.nan, np.float32)
+    kern(x, bias, y)
+    np.testing.assert_allclose(y, x / (1 + np.exp(-x)) + bias, rtol=1e-5, atol=1e-6)
