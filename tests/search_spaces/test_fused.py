@@ -442,3 +442,17 @@ def test_a_reduction_along_rows_adds_whole_contiguous_rows() -> None:
         loops = [ln.strip() for ln in lines[:update] if ln.strip().startswith("for ")]
         assert loops[-2].startswith("for k0 ") and "vectorize" in loops[-1], lines
     _check(text, fused.default_config(text, AVX2))
+
+
+def test_short_rows_go_flat_only_where_every_read_follows_the_flat_index() -> None:
+    """Rows of 24 (three AVX2 vectors): a same-shape product runs as one flat loop; a product
+    with a broadcast ``[1, 1, 1, 24]`` scale (squeeze-and-excitation, channels-last) would
+    divide the flat index for every element, so it runs in rows."""
+    same = _Builder(x=((1, 7, 5, 24), F32), y=((1, 7, 5, 24), F32))
+    text = encode(same.graph(same.node("Mul", "x", "y")))
+    assert fused.default_config(text, AVX2)["flat"]
+    scaled = _Builder(x=((1, 7, 5, 24), F32), s=((1, 1, 1, 24), F32))
+    text = encode(scaled.graph(scaled.node("Mul", "x", "s")))
+    cfg = fused.default_config(text, AVX2)
+    assert not cfg["flat"]
+    _check(text, cfg)
