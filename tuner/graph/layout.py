@@ -124,9 +124,6 @@ class _Pass:
             attrs[LAYOUT_ATTR] = 1  # between the two layouts of an image: a copy template
         self.nodes.append(Node("Transpose", (src,), (dst,), attrs, f"{dst}__{tag}"))
 
-    def is_held(self, name: str) -> bool:
-        return name in self.held
-
     def to(self, name: str, perm: Perm) -> str:
         """A value holding logical ``name`` in layout ``perm`` (inserted the first time it is
         asked: a free reshape or a transpose of what the producer wrote)."""
@@ -154,12 +151,10 @@ class _Pass:
         self.logical.add(name)
         return name
 
-    def _hold(
-        self, node: Node, perm: Perm, outputs: tuple[str, ...] | None = None
-    ) -> tuple[str, ...]:
+    def _hold(self, node: Node, perm: Perm) -> tuple[str, ...]:
         """Names for ``node``'s outputs written in layout ``perm``."""
         outs = []
-        for o in outputs or node.outputs:
+        for o in node.outputs:
             if not o:
                 outs.append(o)
                 continue
@@ -187,7 +182,7 @@ class _Pass:
         x = self.values[node.inputs[0]]
         if node.op not in NHWC_OPS or not _image(x) or len(node.outputs) != 1:
             return False
-        if node.op != "Conv" and not self.is_held(node.inputs[0]) and not self._nhwc_reader(node):
+        if node.op != "Conv" and node.inputs[0] not in self.held and not self._nhwc_reader(node):
             return False  # two transposes for one pool
         inputs = (self.to(node.inputs[0], _TO_NHWC), *node.inputs[1:])
         outs = self._hold(node, _TO_NHWC)
@@ -219,7 +214,7 @@ class _Pass:
                 inputs.append(i)
             elif not v.static or len(v.shape) > rank:
                 return False
-            elif math.prod(_dims(v)) == 1 and not self.is_held(i):
+            elif math.prod(_dims(v)) == 1 and i not in self.held:
                 inputs.append(i)  # a scalar broadcasts in any layout
             else:
                 inputs.append(self.to(self._ranked(i, rank), perm))
