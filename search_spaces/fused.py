@@ -348,6 +348,7 @@ def _reads_in_order(text: str) -> bool:
     cfg = {"task": _TASKS[0], "parallel": False, "flat": True, "reductions": "root"}
     s, tensors = schedule({**cfg, "vector": 1, "unroll": 1}, text)
     out = tensors[-1]
+    assert isinstance(out.op, ComputeOp)
     axes = [a.name for a in out.op.axis]
     for node in walk(_inline(s.state)[out.name]):
         if not isinstance(node, TensorRead):
@@ -438,7 +439,9 @@ def schedule(
             O.unroll(cu)
     bodies = _inline(s.state) if reds else {}
     for name in reds:
-        column = _contiguous_axis(bodies[name], s.state.stage(name).tensor.op)
+        op = s.state.stage(name).tensor.op
+        assert isinstance(op, ComputeOp)
+        column = _contiguous_axis(bodies[name], op)
         if column is not None:
             _sum_along(s, name, column)
         if cfg["reductions"] == "row" and row_loop is not None:

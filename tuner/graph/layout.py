@@ -153,7 +153,7 @@ class _Pass:
 
     def _hold(self, node: Node, perm: Perm) -> tuple[str, ...]:
         """Names for ``node``'s outputs written in layout ``perm``."""
-        outs = []
+        outs: list[str] = []
         for o in node.outputs:
             if not o:
                 outs.append(o)
