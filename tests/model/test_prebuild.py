@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tuner
-import tuner.model.module as module
+import tuner.model.runner as module
 from tests.models.builders import attention, random_feeds
 from tuner.model.prebuild import build_jobs, prebuild
 
