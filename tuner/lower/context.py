@@ -78,7 +78,7 @@ class Env:
     # copies one of them (a register tile's load and write-back) finds its offset.
     regions: dict[str, Cache] = field(default_factory=dict)
     # The enclosing loops bound to GPU thread indices (threadIdx.*): variable -> extent.
-    # A buffer shared by a block's threads is sized over them (``_NestBuilder._attached``).
+    # A buffer shared by a block's threads is sized over them (``tuner.lower.attach``).
     threads: dict[str, int] = field(default_factory=dict)
     # With ``specialize``: the variables known where the full version is chosen (outside
     # the tile). A condition over others (a loop inside the tile, such as a symbolic

@@ -12,7 +12,7 @@ used inside it.
 A stage may be computed at a loop of a consumer's consumer (a softmax's max at
 the output's row loop, where only the exp reads it) when every stage that reads
 it runs inside that loop; its region is then inferred through the chain of
-readers (``_NestBuilder._region_in_loop``)::
+readers (``tuner.lower.attach``)::
 
     for i in range(M):                 # out's row loop
         mx[0] = max_k x[i, k]          # sized by e's reads: one element

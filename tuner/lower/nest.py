@@ -1,4 +1,9 @@
-"""One stage's loop nest: loops, bounds, reduction init, attached stages, caches."""
+"""One stage's loop nest: loops, reduction init, stores, register tiles, tensorized loops.
+
+The stages computed at its loops come from ``tuner.lower.attach`` (their
+regions by bounds inference), the bounds of splits that no factor divides
+from ``tuner.lower.guards``.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +24,13 @@ from ..te.expr import (
     transform,
     walk,
 )
-from .context import Cache, Env, Padding, extent, identity, leaf_extents
+from .attach import attached_at, attached_inside
+from .context import Cache, Env, Padding, identity
 from .extent import Ext, as_expr, proves, upper
+from .guards import below, clamp, free_names, guard, least, tighten
 from .intrin import intrinsic
 from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized, seq
-from .simplify import Linear, bounds, linear, render_linear, simplify
+from .simplify import simplify
 from .visitor import walk_stmts
 
 if TYPE_CHECKING:
@@ -32,10 +39,6 @@ if TYPE_CHECKING:
 
 #: The suffix of a tuple reduction's buffer of combined values (see ``_tuple_step``).
 TUPLE_NEXT = "__next"
-
-
-def _free(e: Expr) -> set[str]:
-    return {v.name for v in walk(e) if isinstance(v, Var)}
 
 
 class _NestBuilder:
@@ -64,7 +67,7 @@ class _NestBuilder:
         self.conds: dict[int, list[tuple[Expr, Ext]]] = {}
         for e, bound in conds:
             e = simplify(e)
-            at = max((pos[v] for v in _free(e) if v in pos), default=-1)
+            at = max((pos[v] for v in free_names(e) if v in pos), default=-1)
             if at >= 0 and stage.axis(self.leaves[at]).thread is not None:
                 # A loop bound to GPU threads keeps its whole extent (its iterations are the
                 # launch's threads, and all of them must reach a block's barriers): the
@@ -94,19 +97,19 @@ class _NestBuilder:
 
     def build(self) -> Stmt:
         inner = self._loops(0, self.env, "update")
-        guards = [_below(e, bound, self.env) for e, bound in self.conds.get(-1, [])]
-        return _guard(guards, inner)
+        guards = [below(e, bound, self.env) for e, bound in self.conds.get(-1, [])]
+        return guard(guards, inner)
 
     def _loops(self, p: int, env: Env, mode: str) -> Stmt:
         if self.tuple is not None and p == len(self.leaves) - 1:
             return self._tuple_step(self.tuple, env, mode)
         if p == len(self.leaves):
             guards = [
-                _below(e, bound, env)
+                below(e, bound, env)
                 for e, bound in self.conds.get(p, [])
-                if not (mode == "init" and _free(e) & self.reduce_vars)
+                if not (mode == "init" and free_names(e) & self.reduce_vars)
             ]
-            return _guard(guards, self._store(env, mode))
+            return guard(guards, self._store(env, mode))
         if mode == "update" and p == self.first_reduce:
             return seq([self._loops(p, env, "init"), self._loop(p, env, "update")])
         if mode == "init" and self.stage.axis(self.leaves[p]).kind == "reduce":
@@ -139,17 +142,17 @@ class _NestBuilder:
         guards: list[Expr] = []
         pad = env.pad.last if env.pad and env.pad.owner is self and axis.kind != "reduce" else None
         for e, bound in self.conds.get(p, []):
-            if mode == "init" and _free(e) & self.reduce_vars:
+            if mode == "init" and free_names(e) & self.reduce_vars:
                 continue
-            tight = _tighten(e, bound, var, env)
+            tight = tighten(e, bound, var, env)
             covers = tight is not None and proves(_ext(tight), "ge", full, env.ranges)
             if tight is not None and env.specialize is not None and not covers:
-                cond = simplify(_least(tight, env) >= as_expr(full), env.ranges)
-                if _free(cond) <= env.specialize_known:
+                cond = simplify(least(tight, env) >= as_expr(full), env.ranges)
+                if free_names(cond) <= env.specialize_known:
                     env.specialize.append(cond)
                     continue
             if tight is None:
-                guards.append(_below(e, bound, env))
+                guards.append(below(e, bound, env))
             elif covers:
                 continue
             elif pad is not None:
@@ -164,14 +167,7 @@ class _NestBuilder:
         stmts: list[Stmt] = []
         allocs: list[Buffer] = []
         if mode == "update" and not self.write_back:
-            for child in self.lw.state.stages:
-                if (
-                    child.attach.kind == "at"
-                    and child.attach.parent == self.stage.name
-                    and child.attach.axis == leaf
-                ):
-                    stmts.extend(self._attached(child, p, env, allocs))
-        stmts = _one_barrier(stmts)
+            stmts = attached_at(self, p, env, allocs)
         local = env.caches.get(self.stage.name)
         if (
             local is not None
@@ -181,7 +177,7 @@ class _NestBuilder:
             body = seq([*stmts, self._register_tile(local, p, env, mode)])
         else:
             body = seq([*stmts, self._loops(p + 1, env, mode)])
-        body = _guard(guards, body)
+        body = guard(guards, body)
         for buf in reversed(allocs):
             body = Alloc(buf, body)
         loop = For(var.name, extent, kind, body)
@@ -235,7 +231,7 @@ class _NestBuilder:
                 if s.buffer not in local:
                     return False
                 for x in [target, *loads]:  # those the extra lanes reach
-                    lanes = any(loop.var in _free(i) for i in x.indices)
+                    lanes = any(loop.var in free_names(i) for i in x.indices)
                     if lanes and not self._inside(x, e):
                         return False
         return True
@@ -271,14 +267,14 @@ class _NestBuilder:
             if e.pad is not None and e.pad.last:
                 # A tile wholly past the edge has no valid index to clamp to.
                 nonempty = [simplify(last >= 0, env.ranges) for last in e.pad.last.values()]
-                if not e.pad.ok or any(not _free(c) <= set(env.ranges) for c in nonempty):
+                if not e.pad.ok or any(not free_names(c) <= set(env.ranges) for c in nonempty):
                     return None
-                compute = _guard(nonempty, compute)
+                compute = guard(nonempty, compute)
             parts.append(compute)
             parts.append(self._write_back(local, e))
             return seq(parts)
 
-        edge = None if self._attached_inside(p) else tile(None, pad=True)
+        edge = None if attached_inside(self, p) else tile(None, pad=True)
         edge = edge or tile(None)
         assert edge is not None
         if any(isinstance(x, Barrier) for x in walk_stmts(edge)):
@@ -291,152 +287,17 @@ class _NestBuilder:
         live = list(dict.fromkeys(c for c in conds if not (isinstance(c, Const) and c.value)))
         if not live:
             return full
-        if any(not _free(c) <= set(env.ranges) for c in live):
+        if any(not free_names(c) <= set(env.ranges) for c in live):
             return edge
         cond = live[0]
         for c in live[1:]:
             cond = cond & c
         return If(cond, full, edge)
 
-    def _attached_inside(self, p: int) -> bool:
-        """Whether another stage is computed at one of this nest's loops below ``p``."""
-        inside = set(self.leaves[p + 1 :])
-        return any(
-            c.attach.kind == "at" and c.attach.parent == self.stage.name and c.attach.axis in inside
-            for c in self.lw.state.stages
-        )
-
     def env_for(self, env: Env, drop: str) -> Env:
         e = env.child()
         e.caches.pop(drop, None)
         return e
-
-    def _reads_of(self, name: str) -> list[tuple[Expr, ...]]:
-        """Where this stage's body reads tensor ``name``, in absolute coordinates."""
-        reads = [n for n in walk(self.body) if isinstance(n, TensorRead) and n.tensor.name == name]
-        return [tuple(substitute(i, self.absolute) for i in r.indices) for r in reads]
-
-    def _inside_loop(self, r: Stage, p: int) -> bool:
-        """Whether ``r`` runs inside loop ``p``: computed at it or deeper, or in a stage there."""
-        top = r
-        while top.attach.kind == "at" and top.attach.parent != self.stage.name:
-            top = self.lw.state.stage(top.attach.parent)
-        return top.attach.kind == "at" and top.attach.axis in self.leaves[p:]
-
-    def _region_in_loop(
-        self,
-        r: Stage,
-        p: int,
-        inner: dict[str, Ext],
-        env: Env,
-        boxes: dict[str, dict[str, Expr]],
-    ) -> tuple[tuple[Expr, ...], tuple[Ext, ...]]:
-        """Bounds inference: the box of ``r`` read inside loop ``p`` over that loop's body.
-
-        Every reader of ``r`` runs inside this loop (lowering checks that):
-        this stage, whose loops below ``p`` are ``inner``, or a stage computed
-        inside the loop, directly or through a chain of attachments, which
-        reads ``r`` over its own box there (``_box``). So a softmax's max
-        computed at the output's row loop is sized by the exp's row box, which
-        the output's and the sum's reads of the exp give.
-        """
-        lw = self.lw
-        exprs: list[tuple[Expr, ...]] = []
-        for c in lw.state.stages:
-            if c.attach.kind == "inline" or r.name not in lw._reads(c):
-                continue
-            if c.name == self.stage.name:
-                exprs += self._reads_of(r.name)
-                continue
-            if c.origin == "cache_write":  # its own source's tile, inside that source's region
-                continue
-            if not self._inside_loop(c, p):
-                raise ScheduleError(
-                    f"compute_at({r.name}, {r.attach.parent}): {c.name} reads {r.name} outside "
-                    f"loop {self.leaves[p]} of {self.stage.name}; compute {c.name} inside that loop"
-                )
-            values = self._box(c, p, inner, env, boxes)
-            for n in walk(lw.bodies[c.name]):
-                if isinstance(n, TensorRead) and n.tensor.name == r.name:
-                    exprs.append(tuple(simplify(substitute(i, values)) for i in n.indices))
-        return lw.region(r, self.stage, exprs, inner, env)
-
-    def _box(
-        self,
-        r: Stage,
-        p: int,
-        inner: dict[str, Ext],
-        env: Env,
-        boxes: dict[str, dict[str, Expr]],
-    ) -> dict[str, Expr]:
-        """Values of ``r``'s axes over the iterations it runs inside loop ``p``.
-
-        Each axis becomes base + a new inner variable (added to ``inner``)
-        over ``r``'s region there; each reduction axis a variable over its
-        extent. Readers come after their producers, so the recursion through
-        readers ends; ``boxes`` keeps each stage's box once computed.
-        """
-        if r.name not in boxes:
-            base, widths = self._region_in_loop(r, p, inner, env, boxes)
-            values: dict[str, Expr] = {}
-            axes = [a.name for a in r.tensor.op.axis]  # type: ignore[union-attr]
-            for a, b, w in zip(axes, base, widths, strict=True):
-                v = f"{r.name}.{a}"
-                inner[v] = w
-                values[a] = b + Var(v)
-            for ra in r.tensor.op.reduce_axis:  # type: ignore[union-attr]
-                v = f"{r.name}.{ra.name}"
-                inner[v] = extent(r.axis(ra.name).extent)
-                values[ra.name] = Var(v)
-            boxes[r.name] = values
-        return boxes[r.name]
-
-    def _attached(self, child: Stage, p: int, env: Env, allocs: list[Buffer]) -> list[Stmt]:
-        """The nest of ``child`` computed at loop ``p``, and its buffer (added to ``allocs``).
-
-        A buffer in a GPU block's shared memory (a ``"shared"`` cache, or an
-        intermediate whose own loops are bound to threads: its threads write it
-        together and read each other's parts) is sized over the block: over the
-        enclosing thread-bound loops too, not just the loops inside ``p``. Its
-        nest is fenced by barriers: before it (the previous iteration's reads
-        are done) and after it (its writes are seen).
-        """
-        inner: dict[str, Ext] = {
-            self.names[leaf].name: self.ext[leaf] for leaf in self.leaves[p + 1 :]
-        }
-        shared = child.scope == Scope.SHARED or (
-            child.origin == "compute"
-            and self.lw.region_buffered(child)
-            and any(a.thread is not None for a in child.axes)
-        )
-        if shared and child.origin != "cache_write":
-            inner.update({v: n for v, n in env.threads.items() if v not in inner})
-        if child.origin == "cache_write":
-            exprs = [tuple(self.absolute[a] for a in self.op_axes)]
-            base, widths = self.lw.region(child, self.stage, exprs, inner, env)
-        else:
-            base, widths = self._region_in_loop(child, p, inner, env, {})
-        fence = (lambda nest: [Barrier(), nest, Barrier()]) if shared else (lambda nest: [nest])
-        if child.origin == "compute":
-            if self.lw.region_buffered(child):
-                scope = Scope.SHARED if shared else Scope.GLOBAL
-                buf = Buffer(child.name, widths, child.tensor.dtype, scope)
-                allocs.append(buf)
-                env.caches[child.name] = Cache(buf, base, child, widths, packed=False)
-                env.regions[child.name] = env.caches[child.name]
-            return fence(self.lw.stage_nest(child, env, (base, widths)))
-        ext = leaf_extents(child, dict(zip(child.root, widths, strict=True)))
-        buf = Buffer(
-            child.name, tuple(ext[leaf] for leaf in child.leaves), child.tensor.dtype, child.scope
-        )
-        allocs.append(buf)
-        cache = Cache(buf, base, child, widths)
-        if child.origin == "cache_read":
-            nest = self.lw.stage_nest(child, env, (base, widths))
-            env.caches[child.name] = cache
-            return fence(nest)
-        env.caches[child.source] = cache
-        return []
 
     def _write_back(self, local: Cache, env: Env) -> Stmt:
         lw = self.lw
@@ -494,9 +355,9 @@ class _NestBuilder:
         last = len(self.leaves)
         conds = [c for p in (last - 1, last) for c in self.conds.get(p, [])]
         guards = [  # a bound on the values' axis holds for each value (its region is whole)
-            _below(substitute(e, {var: Const(j)}), bound, env)
+            below(substitute(e, {var: Const(j)}), bound, env)
             for e, bound in conds
-            if not (mode == "init" and _free(e) & self.reduce_vars)
+            if not (mode == "init" and free_names(e) & self.reduce_vars)
             for j in range(n)
         ]
         targets: list[Load] = []
@@ -514,14 +375,14 @@ class _NestBuilder:
             stores = [
                 Store(t.buffer, t.indices, v) for t, v in zip(targets, body.identity, strict=True)
             ]
-            return _guard(guards, seq(stores))
+            return guard(guards, seq(stores))
         new = body.combine(tuple(targets), tuple(values))
         if body.separable:  # each value reads only its own old value (sums): stored in turn
             stores = [
                 Store(t.buffer, t.indices, simplify(e, env.ranges))
                 for t, e in zip(targets, new, strict=True)
             ]
-            return _guard(guards, seq(stores))
+            return guard(guards, seq(stores))
         nxt = Buffer(f"{stage.name}{TUPLE_NEXT}", (n,), body.dtype, Scope.LOCAL)
         stmts: list[Stmt] = [
             Store(nxt.name, (Const(j),), simplify(e, env.ranges)) for j, e in enumerate(new)
@@ -530,7 +391,7 @@ class _NestBuilder:
             Store(t.buffer, t.indices, Load(nxt.name, (Const(j),), body.dtype))
             for j, t in enumerate(targets)
         ]
-        return _guard(guards, Alloc(nxt, seq(stmts)))
+        return guard(guards, Alloc(nxt, seq(stmts)))
 
     def _padded(self, e: Expr, env: Env) -> Expr:
         """``e`` at the loops' values, each read's indices clamped into its buffer.
@@ -553,7 +414,7 @@ class _NestBuilder:
             assert shape is not None, f"a read of {n.tensor.name} has no buffer"
             return Load(
                 load.buffer,
-                tuple(_clamp(i, d, env) for i, d in zip(load.indices, shape, strict=True)),
+                tuple(clamp(i, d, env) for i, d in zip(load.indices, shape, strict=True)),
                 load.dtype,
             )
 
@@ -569,85 +430,13 @@ class _NestBuilder:
         """Whether ``load`` stays inside its buffer over the loops' full ranges."""
         shape = self._shape(load.buffer, env)
         return shape is not None and all(
-            _clamp(i, d, env) is i for i, d in zip(load.indices, shape, strict=True)
+            clamp(i, d, env) is i for i, d in zip(load.indices, shape, strict=True)
         )
-
-
-def _clamp(i: Expr, extent: Ext, env: Env) -> Expr:
-    """``i`` kept inside ``[0, extent)`` where the loops' ranges let it leave."""
-    b = bounds(i, env.ranges)
-    if isinstance(extent, int):
-        if b is None or b[1] >= extent:
-            i = Binary("min", i, Const(extent - 1), "int64")
-    elif b is None or not proves(b[1] + 1, "le", extent, env.ranges):
-        i = Binary("min", i, simplify(extent - 1), "int64")
-    if b is None or b[0] < 0:
-        i = Binary("max", i, Const(0), "int64")
-    return i
 
 
 def _ext(e: Expr) -> Ext:
     return int(e.value) if isinstance(e, Const) else e
 
 
-def _below(e: Expr, bound: Ext, env: Env) -> Expr:
-    """The guard ``e < bound``, simplified with what the loops' ranges say."""
-    return simplify(Binary("sub", e, as_expr(bound), "int64") < 0, env.ranges)
-
-
-def _one_barrier(stmts: list[Stmt]) -> list[Stmt]:
-    """``stmts`` without a barrier right after another (the second waits for nothing new)."""
-    out: list[Stmt] = []
-    for x in stmts:
-        if not (isinstance(x, Barrier) and out and isinstance(out[-1], Barrier)):
-            out.append(x)
-    return out
-
-
 def _read(stage: Stage, idx: tuple[Expr, ...]) -> TensorRead:
     return TensorRead(stage.tensor, idx, stage.tensor.dtype)
-
-
-def _guard(conds: list[Expr], body: Stmt) -> Stmt:
-    live = [c for c in conds if not (isinstance(c, Const) and c.value)]
-    if not live:
-        return body
-    cond = live[0]
-    for c in live[1:]:
-        cond = cond & c
-    return If(cond, body)
-
-
-def _least(e: Expr, env: Env) -> Expr:
-    """``e`` at its least over the tile's own loops (variables the full version cannot know).
-
-    A bound on a tensorized vector's lanes depends on the unrolled loop over
-    the tile's vectors (``16 * jvo + jvi < width``): at that loop's worst
-    value, the condition is one the tile can be chosen by.
-    """
-    lin = linear(e)
-    terms = dict(lin.terms)
-    const = lin.const
-    for atom, c in lin.terms.items():
-        if isinstance(atom, Var) and atom.name not in env.specialize_known:
-            span = env.ranges.get(atom.name)
-            if span is None or not all(isinstance(x, int) for x in span):
-                continue
-            del terms[atom]
-            const += c * (span[0] if c > 0 else span[1])
-    return e if terms == lin.terms else simplify(render_linear(Linear(terms, const)), env.ranges)
-
-
-def _tighten(e: Expr, bound: Ext, var: Var, env: Env) -> Expr | None:
-    """For ``e < bound`` with ``e = a*var + rest`` (a > 0): the loop bound on ``var``."""
-    lin = linear(e)
-    a = lin.terms.get(var, 0)
-    if a <= 0 or any(var.name in _free(atom) for atom in lin.terms if atom != var):
-        return None
-    rest = render_linear(Linear({k: c for k, c in lin.terms.items() if k != var}, lin.const))
-    limit = (as_expr(bound) + (a - 1) - rest) // a if a != 1 else as_expr(bound) - rest
-    out = simplify(limit, env.ranges)
-    b = bounds(out, env.ranges)
-    if b is not None and b[0] >= env.ranges[var.name][1] + 1:
-        return Const(env.ranges[var.name][1] + 1)
-    return out

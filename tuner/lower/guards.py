@@ -1,0 +1,91 @@
+"""Bounds of loops that a split leaves uneven: guards, tightened extents, clamped reads.
+
+Splitting an extent that no factor divides leaves conditions ``e < bound`` on
+the loops (``i_o*8 + i_i < M``). The nest builder (``tuner.lower.nest``) turns
+each into the cheapest form the loops' ranges allow: nothing where they prove
+it, a tighter loop extent (``min(8, M - i_o*8)``, :func:`tighten`), or an
+``if`` (:func:`below`, :func:`guard`). A register tile's full version is
+chosen by a condition at the least of the tile's own loops (:func:`least`),
+and its padded edge version clamps reads into their buffers (:func:`clamp`).
+
+Pure functions of expressions and the loops' ranges: they build no nest.
+"""
+
+from __future__ import annotations
+
+from ..te.expr import Binary, Const, Expr, Var, walk
+from .context import Env
+from .extent import Ext, as_expr, proves
+from .ir import If, Stmt
+from .simplify import Linear, bounds, linear, render_linear, simplify
+
+__all__ = ["below", "clamp", "free_names", "guard", "least", "tighten"]
+
+
+def free_names(e: Expr) -> set[str]:
+    """The names of the variables ``e`` reads."""
+    return {v.name for v in walk(e) if isinstance(v, Var)}
+
+
+def below(e: Expr, bound: Ext, env: Env) -> Expr:
+    """The guard ``e < bound``, simplified with what the loops' ranges say."""
+    return simplify(Binary("sub", e, as_expr(bound), "int64") < 0, env.ranges)
+
+
+def guard(conds: list[Expr], body: Stmt) -> Stmt:
+    """``body`` under ``if`` the conditions that are not plainly true (none: ``body``)."""
+    live = [c for c in conds if not (isinstance(c, Const) and c.value)]
+    if not live:
+        return body
+    cond = live[0]
+    for c in live[1:]:
+        cond = cond & c
+    return If(cond, body)
+
+
+def tighten(e: Expr, bound: Ext, var: Var, env: Env) -> Expr | None:
+    """For ``e < bound`` with ``e = a*var + rest`` (a > 0): the loop bound on ``var``."""
+    lin = linear(e)
+    a = lin.terms.get(var, 0)
+    if a <= 0 or any(var.name in free_names(atom) for atom in lin.terms if atom != var):
+        return None
+    rest = render_linear(Linear({k: c for k, c in lin.terms.items() if k != var}, lin.const))
+    limit = (as_expr(bound) + (a - 1) - rest) // a if a != 1 else as_expr(bound) - rest
+    out = simplify(limit, env.ranges)
+    b = bounds(out, env.ranges)
+    if b is not None and b[0] >= env.ranges[var.name][1] + 1:
+        return Const(env.ranges[var.name][1] + 1)
+    return out
+
+
+def least(e: Expr, env: Env) -> Expr:
+    """``e`` at its least over the tile's own loops (variables the full version cannot know).
+
+    A bound on a tensorized vector's lanes depends on the unrolled loop over
+    the tile's vectors (``16 * jvo + jvi < width``): at that loop's worst
+    value, the condition is one the tile can be chosen by.
+    """
+    lin = linear(e)
+    terms = dict(lin.terms)
+    const = lin.const
+    for atom, c in lin.terms.items():
+        if isinstance(atom, Var) and atom.name not in env.specialize_known:
+            span = env.ranges.get(atom.name)
+            if span is None or not all(isinstance(x, int) for x in span):
+                continue
+            del terms[atom]
+            const += c * (span[0] if c > 0 else span[1])
+    return e if terms == lin.terms else simplify(render_linear(Linear(terms, const)), env.ranges)
+
+
+def clamp(i: Expr, extent: Ext, env: Env) -> Expr:
+    """``i`` kept inside ``[0, extent)`` where the loops' ranges let it leave."""
+    b = bounds(i, env.ranges)
+    if isinstance(extent, int):
+        if b is None or b[1] >= extent:
+            i = Binary("min", i, Const(extent - 1), "int64")
+    elif b is None or not proves(b[1] + 1, "le", extent, env.ranges):
+        i = Binary("min", i, simplify(extent - 1), "int64")
+    if b is None or b[0] < 0:
+        i = Binary("max", i, Const(0), "int64")
+    return i
