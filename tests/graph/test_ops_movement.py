@@ -13,7 +13,8 @@ import pytest
 from tests.graph.helpers import check_op, evaluate
 from tuner.graph import GraphError, Node
 from tuner.graph.ops import opdef
-from tuner.graph.ops.movement import pads_of, reshape_target, slice_params
+from tuner.graph.ops.movement import pads_of, slice_params
+from tuner.graph.ops.views import reshape_target
 
 rng = np.random.default_rng(0)
 
