@@ -14,7 +14,8 @@ from tests.graph.helpers import check_op, evaluate
 from tuner import te
 from tuner.graph import GraphError
 from tuner.graph.ops import OpKind, opdef
-from tuner.graph.ops.elementwise import UNARY, broadcast_index, unary
+from tuner.graph.ops.elementwise import broadcast_index
+from tuner.graph.ops.unary import UNARY, unary
 
 RNG = np.random.default_rng(0)
 

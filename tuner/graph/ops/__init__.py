@@ -1,8 +1,8 @@
 """What each supported ONNX operator means: its kind, NumPy semantics and tensor expression.
 
 One :class:`OpDef` per ONNX operator type, registered by the family module
-that owns it (``elementwise``, ``reduce``, ``linalg``, ``nn``, ``movement``,
-``views``, ``gather``, ``shape``, ...).
+that owns it (``elementwise``, ``unary``, ``reduce``, ``linalg``, ``nn``,
+``movement``, ``views``, ``gather``, ``shape``, ...).
 Everything the compiler knows about an operator sits in its family module:
 how its attributes (and, from some opset on, its constant inputs such as
 Reshape's shape or Clip's bounds) are read and normalised, its NumPy
@@ -117,6 +117,7 @@ class OpDef:
 _REGISTRY: dict[str, OpDef] = {}
 _FAMILIES = (
     "elementwise",
+    "unary",
     "reduce",
     "linalg",
     "nn",

@@ -1,4 +1,4 @@
-"""Elementwise ONNX operators: arithmetic, activations, comparisons, logic, Clip, Where, Cast.
+"""Elementwise ONNX operators: arithmetic, comparisons, logic, Clip, Where, Cast.
 
 Every operator here computes one output element from the same-index elements
 of its inputs under ONNX's multidirectional (NumPy) broadcasting: shapes align
@@ -8,20 +8,19 @@ comparisons give bool); the lowering is one te stage named ``ctx.name``::
 
     Add(x: float32[2,3], b: float32[3])  ->  n0[i0, i1] = x[i0, i1] + b[i1]
 
-Other modules reuse the pieces: :data:`UNARY` (each attribute-free unary
-operator as a function on te expressions), :func:`unary` (the same for any
-unary operator and its attributes, ``unary("LeakyRelu", {"alpha": 0.1})``)
-and :func:`broadcast_index` (how a broadcast input is indexed).
+The unary operators (activations, rounding, ...) are in ``unary``, on the
+same helpers. Other modules reuse the pieces: :func:`broadcast_index` (how a
+broadcast input is indexed), :func:`te_shape` and :func:`input_array`.
 
->>> UNARY["Relu"](te.placeholder((4,), name="x")[0])
-max(x[0], 0)
+>>> b = te.placeholder((1, 3), name="b")
+>>> broadcast_index(b, (te.var("i"), te.var("j"), te.var("k")))
+(0, k)
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,17 +35,14 @@ from . import LowerContext, OpKind, register
 __all__ = [
     "BINARY",
     "ONNX_DTYPES",
-    "UNARY",
     "broadcast_dims",
     "broadcast_index",
     "cast_dtype",
     "input_array",
     "te_shape",
-    "unary",
 ]
 
 Unary = Callable[[Expr], Expr]
-Attrs = Mapping[str, Any]
 
 #: ONNX TensorProto element types this compiler takes, as NumPy dtype names.
 ONNX_DTYPES: dict[int, str] = {
@@ -57,9 +53,6 @@ ONNX_DTYPES: dict[int, str] = {
     9: "bool",
     11: "float64",
 }
-
-_SELU_ALPHA = 1.67326319217681884765625
-_SELU_GAMMA = 1.05070102214813232421875
 
 
 def te_shape(shape: Sequence[Any]) -> tuple[Any, ...]:
@@ -129,211 +122,12 @@ def _result(value: Any, dtype: Any) -> np.ndarray:
     return np.asarray(value).astype(dtype, copy=False)
 
 
-# -- rounding without intrinsics ----------------------------------------------
-
-
-def _integral_limit(x: Expr) -> Expr:
-    """Floats at least this large are integers already (and would overflow an int64 cast)."""
-    return _c(2.0**23 if x.dtype == "float32" else 2.0**52, x)
-
-
-def _floor(x: Expr) -> Expr:
-    t = x.astype("int64").astype(x.dtype)  # truncation toward zero
-    return te.if_then_else(te.abs(x) < _integral_limit(x), te.if_then_else(x < t, t - 1, t), x)
-
-
-def _ceil(x: Expr) -> Expr:
-    t = x.astype("int64").astype(x.dtype)
-    return te.if_then_else(te.abs(x) < _integral_limit(x), te.if_then_else(x > t, t + 1, t), x)
-
-
-def _round(x: Expr) -> Expr:
-    """Round half to even, as ONNX (and NumPy) do."""
-    f = _floor(x)
-    d = x - f
-    odd = (f.astype("int64") % 2).astype(x.dtype)  # Python's %: 0 or 1 for negatives too
-    half = f + odd
-    near = te.if_then_else(d > 0.5, f + 1, te.if_then_else(d < 0.5, f, half))
-    return te.if_then_else(te.abs(x) < _integral_limit(x), near, x)
-
-
-# -- unary operators -------------------------------------------------------------
-
-
-def _te_unary(op: str, a: Attrs) -> Unary:
-    alpha = a.get("alpha")
-    beta = a.get("beta")
-    table: dict[str, Unary] = {
-        "Sqrt": te.sqrt,
-        "Exp": te.exp,
-        "Log": te.log,
-        "Tanh": te.tanh,
-        "Sigmoid": te.sigmoid,
-        "Erf": te.erf,
-        "Abs": te.abs,
-        "Neg": lambda x: -x,
-        "Reciprocal": lambda x: 1.0 / x,
-        "Relu": lambda x: te.maximum(x, 0),
-        "LeakyRelu": lambda x: te.if_then_else(x < 0, x * (0.01 if alpha is None else alpha), x),
-        "Elu": lambda x: te.if_then_else(
-            x < 0, (te.exp(x) - 1.0) * (1.0 if alpha is None else alpha), x
-        ),
-        "Selu": lambda x: (
-            te.if_then_else(
-                x <= 0,
-                te.exp(x) * (_SELU_ALPHA if alpha is None else alpha)
-                - (_SELU_ALPHA if alpha is None else alpha),
-                x,
-            )
-            * (a.get("gamma", _SELU_GAMMA))
-        ),
-        "HardSigmoid": lambda x: te.maximum(
-            te.minimum(
-                x * (0.2 if alpha is None else alpha) + (0.5 if beta is None else beta), 1.0
-            ),
-            0.0,
-        ),
-        "HardSwish": lambda x: x * te.maximum(te.minimum(x * (1.0 / 6.0) + 0.5, 1.0), 0.0),
-        # Stable: max(x, 0) + log(1 + exp(-|x|)) never overflows.
-        "Softplus": lambda x: te.maximum(x, 0.0) + te.log(te.exp(-te.abs(x)) + 1.0),
-        "Gelu": _gelu_tanh if a.get("approximate", "none") == "tanh" else _gelu,
-        "Floor": _floor,
-        "Ceil": _ceil,
-        "Round": _round,
-        "Sign": lambda x: te.if_then_else(
-            x > 0, _c(1, x), te.if_then_else(x < 0, _c(-1, x), _c(0, x))
-        ),
-        "Not": lambda x: ~x,
-    }
-    return table[op]
-
-
-def _gelu(x: Expr) -> Expr:
-    return x * 0.5 * (te.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
-
-
-def _gelu_tanh(x: Expr) -> Expr:
-    inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-    return x * 0.5 * (te.tanh(inner) + 1.0)
-
-
-def _np_sigmoid(x: np.ndarray) -> np.ndarray:
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
-
-
-def _np_erf(x: np.ndarray) -> np.ndarray:
-    from scipy.special import erf
-
-    return np.asarray(erf(x))
-
-
-def _np_unary(op: str, a: Attrs) -> Callable[[np.ndarray], np.ndarray]:
-    alpha = a.get("alpha")
-    beta = a.get("beta")
-    table: dict[str, Callable[[np.ndarray], Any]] = {
-        "Sqrt": np.sqrt,
-        "Exp": np.exp,
-        "Log": np.log,
-        "Tanh": np.tanh,
-        "Sigmoid": _np_sigmoid,
-        "Erf": _np_erf,
-        "Abs": np.abs,
-        "Neg": np.negative,
-        "Reciprocal": lambda x: 1 / x,
-        "Relu": lambda x: np.maximum(x, 0),
-        "LeakyRelu": lambda x: np.where(x < 0, x * (0.01 if alpha is None else alpha), x),
-        "Elu": lambda x: np.where(x < 0, (np.exp(x) - 1) * (1.0 if alpha is None else alpha), x),
-        "Selu": lambda x: (
-            np.where(
-                x <= 0,
-                np.exp(x) * (_SELU_ALPHA if alpha is None else alpha)
-                - (_SELU_ALPHA if alpha is None else alpha),
-                x,
-            )
-            * a.get("gamma", _SELU_GAMMA)
-        ),
-        "HardSigmoid": lambda x: np.clip(
-            x * (0.2 if alpha is None else alpha) + (0.5 if beta is None else beta), 0, 1
-        ),
-        "HardSwish": lambda x: x * np.clip(x * (1 / 6) + 0.5, 0, 1),
-        "Softplus": lambda x: np.maximum(x, 0) + np.log(np.exp(-np.abs(x)) + 1),
-        "Gelu": lambda x: (
-            x * 0.5 * (np.tanh((x + 0.044715 * x**3) * math.sqrt(2 / math.pi)) + 1)
-            if a.get("approximate", "none") == "tanh"
-            else x * 0.5 * (_np_erf(x / math.sqrt(2)) + 1)
-        ),
-        "Floor": np.floor,
-        "Ceil": np.ceil,
-        "Round": np.round,
-        "Sign": np.sign,
-        "Not": np.logical_not,
-    }
-    return table[op]
-
-
-_UNARY_OPS = tuple(
-    [
-        "Sqrt",
-        "Exp",
-        "Log",
-        "Tanh",
-        "Sigmoid",
-        "Erf",
-        "Abs",
-        "Neg",
-        "Reciprocal",
-        "Relu",
-        "LeakyRelu",
-        "Elu",
-        "Selu",
-        "HardSigmoid",
-        "HardSwish",
-        "Softplus",
-        "Gelu",
-        "Floor",
-        "Ceil",
-        "Round",
-        "Sign",
-        "Not",
-    ]
-)
-
-
-def unary(op: str, attrs: Attrs | None = None) -> Unary:
-    """The te function of unary operator ``op`` with its ONNX attributes (defaults filled in).
-
-    >>> f = unary("HardSigmoid", {"alpha": 0.25})
-    """
-    if op not in _UNARY_OPS:
-        raise GraphError(f"operator {op} is not a unary elementwise operator")
-    return _te_unary(op, attrs or {})
-
-
-#: Each unary operator with its default attributes, as a function on te expressions.
-UNARY: dict[str, Unary] = {op: unary(op) for op in _UNARY_OPS}
-
-
-def _eval_unary(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    x = input_array(node, arrays, 0)
-    with np.errstate(all="ignore"):
-        return [_result(_np_unary(node.op, node.attrs)(x), x.dtype)]
-
-
-def _lower_unary(ctx: LowerContext) -> list[Tensor]:
-    return _lower_map(ctx, unary(ctx.node.op, ctx.node.attrs), [0])
-
-
 def input_array(node: Node, arrays: Sequence[np.ndarray | None], i: int) -> np.ndarray:
     """Input ``i`` of an evaluation; GraphError naming the node when it is omitted."""
     x = arrays[i] if i < len(arrays) else None
     if x is None:
         raise GraphError(f"{node.describe()} needs input {i}")
     return np.asarray(x)
-
-
-for _op in _UNARY_OPS:
-    register(_op, OpKind.ELEMENTWISE, lower=_lower_unary)(_eval_unary)
 
 
 # -- binary operators ------------------------------------------------------------
