@@ -2,7 +2,7 @@
 
 One :class:`OpDef` per ONNX operator type, registered by the family module
 that owns it (``elementwise``, ``unary``, ``reduce``, ``linalg``, ``nn``,
-``movement``, ``views``, ``gather``, ``shape``, ...).
+``norm``, ``movement``, ``views``, ``gather``, ``shape``, ...).
 Everything the compiler knows about an operator sits in its family module:
 how its attributes (and, from some opset on, its constant inputs such as
 Reshape's shape or Clip's bounds) are read and normalised, its NumPy
@@ -121,6 +121,7 @@ _FAMILIES = (
     "reduce",
     "linalg",
     "nn",
+    "norm",
     "movement",
     "views",
     "gather",
