@@ -11,7 +11,13 @@ text of ``;``-separated steps, applied in order to the template's output value
     addc:<x> mulc:<x> rsubc:<x> divc:<x> rdivc:<x> powc:<x> maxc:<x> minc:<x>
     <op>@<b>  op in add sub rsub mul div rdiv max min pow, b in c f s     an extra input
 
-``rsub`` is ``x - v`` and ``rdiv`` ``x / v``. An extra input is a placeholder
+    <op>@v<k>                                                             an earlier value
+
+``rsub`` is ``x - v`` and ``rdiv`` ``x / v``. ``@v<k>`` reads the value after the
+first ``k`` steps (``@v0`` the template's output), ``k`` at most the step's own
+position: ``sigmoid;mul@v0`` is SiLU (``v * sigmoid(v)``), ``mul@v0`` alone ``v * v``.
+A graph's diamond (a Sigmoid and a Mul both reading a convolution) is one chain
+of steps this way. An extra input is a placeholder
 appended after the template's own inputs, in order of appearance: ``@c`` has
 one value per output channel (shape ``(channels,)``), ``@f`` the output's own
 shape (in the template's layout, a residual), ``@s`` shape ``(1,)``. Numbers
@@ -166,6 +172,8 @@ CONSTANT_OPS = ("add", "mul", "rsub", "div", "rdiv", "pow", "max", "min")
 EXTRA_OPS = ("add", "sub", "rsub", "mul", "div", "rdiv", "max", "min", "pow")
 #: Broadcasts of an extra input: one per output channel, the full output, one value.
 BROADCASTS = ("c", "f", "s")
+#: An operand that is an earlier value of the chain: ``mul@v0``.
+_EARLIER = "v"
 
 #: The most copies of the template's value ``v`` the expression may hold (no CSE in te).
 _MAX_USES = 64
@@ -173,17 +181,20 @@ _MAX_USES = 64
 
 @dataclass(frozen=True)
 class Step:
-    """One step: ``kind`` is "unary", "param", "const" or "extra"."""
+    """One step: ``kind`` is "unary", "param", "const", "extra" or "earlier"."""
 
     kind: str
     op: str
     numbers: tuple[float, ...] = ()
     broadcast: str = ""  # c, f or s for an extra input
+    ref: int = 0  # the earlier value an "earlier" step reads: after that many steps
 
     @property
     def text(self) -> str:
         if self.kind == "extra":
             return f"{self.op}@{self.broadcast}"
+        if self.kind == "earlier":
+            return f"{self.op}@{_EARLIER}{self.ref}"
         if self.kind == "const":
             return f"{self.op}c:{self.numbers[0]!r}"
         return ":".join([self.op, *(repr(x) for x in self.numbers)])
@@ -221,8 +232,13 @@ def _step(text: str, word: str) -> Step:
         op, _, b = word.partition("@")
         if op not in EXTRA_OPS:
             raise _error(text, word, f"has no input op {op!r}; one of {', '.join(EXTRA_OPS)}")
+        k = b[len(_EARLIER) :]
+        if b.startswith(_EARLIER) and k.isdigit() and str(int(k)) == k:
+            return Step("earlier", op, ref=int(k))
         if b not in BROADCASTS:
-            raise _error(text, word, f"broadcasts {b!r}; one of c (channel), f (full), s (scalar)")
+            raise _error(
+                text, word, f"reads {b!r}; one of c (channel), f (full), s (scalar), v<k> (earlier)"
+            )
         return Step("extra", op, broadcast=b)
     name, *args = word.split(":")
     if name in PARAMETRISED:
@@ -234,7 +250,7 @@ def _step(text: str, word: str) -> Step:
         if len(args) != 1:
             raise _error(text, word, "needs one number (as in addc:1.0)")
         return Step("const", name[:-1], (_number(text, word, args[0]),))
-    known = [*UNARY, *PARAMETRISED, *(f"{op}c" for op in CONSTANT_OPS), "<op>@<c|f|s>"]
+    known = [*UNARY, *PARAMETRISED, *(f"{op}c" for op in CONSTANT_OPS), "<op>@<c|f|s|v<k>>"]
     raise _error(text, word, f"is not a step; steps are {' '.join(known)}")
 
 
@@ -282,7 +298,7 @@ class Epilogue:
 
         ``extras`` are the placeholders of :meth:`placeholders` (or tensors of their shapes).
         """
-        inputs = iter(extras)
+        inputs, seen = iter(extras), [v]
         for s in self.steps:
             if s.kind == "extra":
                 t = next(inputs)
@@ -292,17 +308,22 @@ class Epilogue:
                     "s": (0,),
                 }
                 v = _BINARY[s.op][0](v, t[reads[s.broadcast]])
+            elif s.kind == "earlier":
+                v = _BINARY[s.op][0](v, seen[s.ref])
             else:
                 v = _te_step(s, v)
+            seen.append(v)
         return v
 
     def apply_numpy(
         self, y: np.ndarray, extras: Sequence[np.ndarray], channel_axis: int
     ) -> np.ndarray:
         """The NumPy twin of :meth:`apply` on the whole output ``y`` (in y's dtype)."""
-        inputs, dtype = iter(extras), y.dtype
+        inputs, dtype, seen = iter(extras), y.dtype, [y]
         for s in self.steps:
-            if s.kind == "extra":
+            if s.kind == "earlier":
+                y = _BINARY[s.op][1](y, seen[s.ref])
+            elif s.kind == "extra":
                 x = np.asarray(next(inputs), dtype=dtype)
                 if s.broadcast == "c":
                     shape = [1] * y.ndim
@@ -316,6 +337,7 @@ class Epilogue:
             else:
                 y = _BINARY[s.op][1](y, dtype.type(s.numbers[0]))
             y = np.asarray(y, dtype=dtype)
+            seen.append(y)
         return y
 
     def flops(self, elements: int) -> float:
@@ -339,11 +361,17 @@ def parse(text: str) -> Epilogue:
     if not text:
         raise _error(text, "", f"is empty; no epilogue is {NONE!r}")
     steps = tuple(_step(text, word) for word in text.split(";"))
-    uses = math.prod(s.uses for s in steps)
-    if uses > _MAX_USES:
-        raise _error(
-            text, steps[-1].text, f"repeats the template's value {uses} times (at most {_MAX_USES})"
-        )
+    copies = [1]  # how often the expression after each step holds the template's value
+    for i, s in enumerate(steps):
+        if s.kind == "earlier" and s.ref > i:
+            raise _error(text, s.text, f"reads v{s.ref}, not made yet (step {i} reads v0 to v{i})")
+        copies.append(copies[i] + copies[s.ref] if s.kind == "earlier" else copies[i] * s.uses)
+        if copies[-1] > _MAX_USES:
+            raise _error(
+                text,
+                s.text,
+                f"repeats the template's value {copies[-1]} times (at most {_MAX_USES})",
+            )
     return Epilogue(steps)
 
 

@@ -187,6 +187,28 @@ def test_anchor_epilogue_stops_at_outputs_shared_values_and_shape_changes() -> N
     ]
 
 
+def test_an_epilogue_takes_a_diamond_once_every_reader_has_joined() -> None:
+    """SiLU (``x * sigmoid(x)``) and a decomposed GELU after an anchor: a value read twice
+    joins when both readers have; a second reader that is no link of the chain stops it."""
+    b = Builder()
+    x = b.input("x", (2, 8))
+    m = b("MatMul", x, b.weight(8, 8))
+    silu = b("Mul", m, b("Sigmoid", m))
+    m2 = b("MatMul", silu, b.weight(8, 8))
+    half = b.const(np.float32(0.5))
+    erf = b("Erf", b("Mul", m2, b.const(np.float32(0.70710677))))
+    gelu_ = b("Mul", b("Mul", m2, b("Add", erf, b.const(np.float32(1.0)))), half)
+    m3 = b("MatMul", gelu_, b.weight(8, 8))
+    y = b("Add", b("Relu", m3), b("Tanh", m3))  # no chain: Add reads Tanh, not Relu's link
+    f = fused(b.graph(y))
+    assert groups_summary(f) == [
+        "MatMul+Sigmoid+Mul",
+        "MatMul+Mul+Erf+Add+Mul+Mul",
+        "MatMul",
+        "Relu+Tanh+Add",
+    ]
+
+
 def test_reduction_takes_its_prologue_and_epilogue() -> None:
     b = Builder()
     x = b.input("x", (2, 3, 8))

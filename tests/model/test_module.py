@@ -270,3 +270,35 @@ def test_a_second_compile_of_a_file_reads_the_lowered_cache(rng, tmp_path, monke
     for meta in (cache_dir() / "models").glob("*/meta.json"):
         meta.write_text("{damaged")
     np.testing.assert_array_equal(tuner.compile_model(path).run({"x": x})[0], first)
+
+
+def test_a_diamond_after_a_convolution_is_its_epilogue_or_splits_after_it(rng):
+    """SiLU (a Sigmoid and a Mul reading the convolution) is the conv's epilogue
+    ``sigmoid;mul@v...``; a diamond the epilogue cannot say (the convolution as Pow's
+    base) leaves the convolution alone and computes the rest in one generic kernel."""
+    w = (rng.random((4, 3, 3, 3)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["s"]),
+        helper.make_node("Mul", ["c", "s"], ["a"]),
+        helper.make_node("Add", ["a", "x4"], ["r"]),
+        helper.make_node("Conv", ["r", "w4"], ["d"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["d"], ["t"]),
+        helper.make_node("Pow", ["d", "t"], ["y"]),
+    ]
+    weights = {"w": w, "w4": (rng.random((4, 4, 3, 3)) * 0.2).astype(np.float32)}
+    model = make_model(
+        nodes,
+        {"x": ("float32", (1, 3, 7, 5)), "x4": ("float32", (1, 4, 7, 5))},
+        {"y": ("float32", (1, 4, 7, 5))},
+        weights,
+    )
+    feeds = {"x": rng.random((1, 3, 7, 5), np.float32), "x4": rng.random((1, 4, 7, 5), np.float32)}
+    mod = tuner.compile_model(model)
+    (got,) = mod.run(feeds)
+    np.testing.assert_allclose(got, ort_outputs(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    specs = mod.plans[0].specs
+    ops = [s.ops for s in specs]
+    assert "Conv+Sigmoid+Mul+Add" in ops and "Sigmoid+Pow" in ops, ops
+    silu = next(s for s in specs if s.ops == "Conv+Sigmoid+Mul+Add")
+    assert "sigmoid;mul@v" in silu.task.args["epilogue"], silu.task.args

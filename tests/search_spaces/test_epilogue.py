@@ -34,6 +34,7 @@ EVERY_STEP = [
     "hardsigmoid:0.2:0.5",
     *(f"{op}c:-1.5" for op in CONSTANT_OPS),
     *(f"{op}@{b}" for op in EXTRA_OPS for b in BROADCASTS),
+    *(f"{op}@v0" for op in EXTRA_OPS),
 ]
 
 
@@ -52,6 +53,17 @@ def test_a_chain_keeps_its_order_and_its_extra_inputs_in_order() -> None:
     assert parse("none").steps == () and not parse("none") and parse("none").text == "none"
 
 
+def test_an_earlier_value_makes_a_diamond_a_chain() -> None:
+    """``sigmoid;mul@v0`` is SiLU; ``@vK`` reads the value after K steps, extras unchanged."""
+    epi = parse("add@c;sigmoid;mul@v1;add@f;sub@v3")
+    assert [s.kind for s in epi.steps] == ["extra", "unary", "earlier", "extra", "earlier"]
+    assert epi.steps[2] == Step("earlier", "mul", ref=1) and len(epi.extras) == 2
+    y, c, f = np.array([[-1.0, 0.5]]), np.array([0.25, -0.5]), np.array([[2.0, 3.0]])
+    z = y + c
+    silu = z / (1.0 + np.exp(-z))
+    np.testing.assert_allclose(apply_numpy(epi.text, y, [c, f], 1), (silu + f) - silu)
+
+
 @pytest.mark.parametrize(
     "text, says",
     [
@@ -66,7 +78,10 @@ def test_a_chain_keeps_its_order_and_its_extra_inputs_in_order() -> None:
         ("addc:x", "has 'x' where a number belongs"),
         ("addc:1.0:2.0", "needs one number"),
         ("mulc:nan", "NaN"),
-        ("add@x", "broadcasts 'x'"),
+        ("add@x", "reads 'x'"),
+        ("mul@v1", "reads v1, not made yet"),
+        ("sigmoid;mul@v01", "reads 'v01'"),
+        ("mul@v0;mul@v1;mul@v2;mul@v3;mul@v4;mul@v5;mul@v6", "repeats the template's value 128"),
         ("xor@c", "has no input op 'xor'"),
         ("gelu_tanh;gelu_tanh;gelu_tanh;gelu_tanh", "repeats the template's value 256 times"),
         ("__import__('os')", "is not a step"),
@@ -110,6 +125,8 @@ TWIN_CHAINS = [
     "addc:2.0;mulc:0.5;rsubc:3.0;divc:2.0;rdivc:1.0;powc:1.5;maxc:0.9;minc:1.1",
     # every input op and broadcast, kept away from zero and negative bases
     "abs;addc:1.0;add@c;mul@f;div@c;rdiv@f;pow@s;sub@f;rsub@s;max@c;min@s",
+    # earlier values: SiLU, a square, a decomposed GELU
+    "sigmoid;mul@v0;mul@v2;mulc:0.7071067690849304;erf;addc:1.0;mul@v3;mulc:0.5;rsub@v1",
 ]
 
 
@@ -144,6 +161,7 @@ def test_the_twin_broadcasts_a_channel_input_along_the_given_axis() -> None:
 TEMPLATE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("conv2d", dict(C=3, H=7, W=5, K=5, pad=1, bias=True, epilogue="add@c;relu")),
     ("conv2d", dict(N=2, C=2, H=5, W=7, K=7, S=1, epilogue="mul@c;add@c;sigmoid")),
+    ("conv2d", dict(N=1, C=5, H=7, W=7, K=17, layout="NHWC", epilogue="add@c;sigmoid;mul@v1")),
     (
         "conv2d",
         dict(N=2, C=4, H=5, W=7, K=3, S=1, stride=2, layout="NHWC", epilogue="add@f;clip:0.0:6.0"),
@@ -166,6 +184,7 @@ TEMPLATE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("matmul", dict(M=7, N=17, K=13, channels="rows", epilogue="add@c;relu")),
     ("matmul", dict(M=13, N=49, K=5, channels="rows", epilogue="mul@c;add@f;clip:0.0:6.0")),
     ("matmul", dict(M=101, N=9, K=5, channels="rows", epilogue="add@c")),  # blocks by default
+    ("matmul", dict(M=13, N=49, K=5, channels="rows", epilogue="sigmoid;mul@v0;add@f")),
     ("batch_matmul", dict(B=3, M=7, N=5, K=13, epilogue="add@f;leaky:0.1")),
     ("batch_matmul", dict(B=1, M=1, N=17, K=3, trans_b=True, epilogue="mul@c;add@s;tanh")),
 ]

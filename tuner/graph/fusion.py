@@ -4,10 +4,12 @@ Decisions follow each operator's kind (``opdef(op).kind``, TVM's FuseOps
 patterns), in three sweeps over the graph in topological order:
 
 1. An ANCHOR (Conv, MatMul, Gemm, pools) starts a group and absorbs the
-   ELEMENTWISE consumers after it (bias, BatchNormalization, residual Add,
-   activation) while the current output has exactly one reader, is no graph
-   output, and the next node keeps the anchor output's shape and dtype: a
-   template's epilogue.
+   ELEMENTWISE chain after it (bias, BatchNormalization, residual Add,
+   activation): each link reads the previous one's output, keeps the anchor
+   output's shape and dtype, and reads besides only outer values and earlier
+   links; a value joins once all its readers have (SiLU's Sigmoid and Mul
+   both read the convolution) and no graph output stays inside: a template's
+   epilogue.
 2. A REDUCTION (Softmax, LayerNormalization, ReduceMean) takes its
    ELEMENTWISE prologue (producers read only by this group, no graph outputs)
    and then an epilogue by the anchor rule.
@@ -44,6 +46,9 @@ __all__ = ["SMALL_CONST", "fuse", "groups_summary"]
 
 #: Constants up to this many elements are copied into the groups that read them.
 SMALL_CONST = 16
+#: The longest elementwise path an epilogue holds open until every reader of a value read
+#: twice has joined (SiLU's Sigmoid and Mul: 2; a decomposed GELU: 5).
+DIAMOND = 8
 
 _KERNEL = (OpKind.ELEMENTWISE, OpKind.INJECTIVE, OpKind.REDUCTION, OpKind.ANCHOR)
 
@@ -109,17 +114,51 @@ class _Fuser:
     # -- the three sweeps ------------------------------------------------------------
 
     def epilogue(self, g: int, head: int) -> None:
+        """Grow group ``g`` by the elementwise chain after ``head``: each next node reads the
+        previous one's output and, besides outer values, only earlier values of the chain.
+        A value read twice (``x * sigmoid(x)``) joins once every reader of it has: the
+        tentative path is kept until it closes, at most :data:`DIAMOND` nodes long."""
         ref = self.graph.value(self.out[head])
-        tail = head
-        while True:
-            c = self.only_reader(self.out[tail])
-            if c is None or self.kinds[c] != OpKind.ELEMENTWISE or self.group_of[c] is not None:
+        inside = {self.out[m] for m in self.groups[g].members}
+        path: list[int] = []
+        end = head
+        while len(path) < DIAMOND:
+            c = self.next_link(g, end, inside | {self.out[p] for p in path}, ref)
+            if c is None:
                 return
+            path.append(c)
+            end = c
+            if self.closes(head, path):
+                for m in path:
+                    self.add(g, m)
+                inside |= {self.out[m] for m in path}
+                head, path = end, []
+
+    def next_link(self, g: int, end: int, inside: set[str], ref: Value) -> int | None:
+        """The first reader of ``end``'s output that may follow it in group ``g``'s chain."""
+        value = self.out[end]
+        if value in self.outputs:
+            return None
+        for c in sorted(set(self.readers.get(value, []))):
+            if self.kinds[c] != OpKind.ELEMENTWISE or self.group_of[c] is not None:
+                continue
             v = self.graph.value(self.out[c])
-            if (v.shape, v.dtype) != (ref.shape, ref.dtype) or not self.can_join(g, c):
-                return
-            self.add(g, c)
-            tail = c
+            if (v.shape, v.dtype) != (ref.shape, ref.dtype):
+                continue
+            outer = [i for i in self.nodes[c].inputs if i and i not in inside]
+            if not any(self.depends_on(i, g) for i in outer):
+                return c
+        return None
+
+    def closes(self, head: int, path: list[int]) -> bool:
+        """Whether every value the path leaves inside (the head's and all but the last
+        link's) is read only by the path and is no graph output."""
+        links = set(path)
+        for m in (head, *path[:-1]):
+            value = self.out[m]
+            if value in self.outputs or not set(self.readers.get(value, [])) <= links:
+                return False
+        return True
 
     def prologue(self, g: int) -> None:
         members = self.groups[g].members

@@ -71,11 +71,16 @@ def _group_kernels(b: Builder, node: Node) -> None:
         return
     if takes_epilogue(made.op):
         more, more_extras, used = _epilogue(
-            b, chain, first.outputs[0], values, made.out_shape, made.channel_axis
+            b, chain, first.outputs[0], values, made.out_shape, made.channel_axis, len(steps)
         )
         steps, extras = steps + more, extras + more_extras
     args, inputs = dict(made.args), list(made.inputs)
-    if made.op == "dense" and not args["bias"] and steps[:1] == ["add@c"]:
+    if (
+        made.op == "dense"
+        and not args["bias"]
+        and steps[:1] == ["add@c"]
+        and "@v" not in str(steps)
+    ):
         args["bias"] = True  # dense's own bias: added before its activation, as the graph does
         inputs.append(extras.pop(0))
         steps = steps[1:]
@@ -197,38 +202,55 @@ def _epilogue(
     values: Mapping[str, Value],
     out_shape: tuple[int, ...],
     channel_axis: int,
+    before: int = 0,
 ) -> tuple[list[str], list[str], int]:
     """The epilogue steps for the longest expressible prefix of ``chain``.
 
+    ``start`` is the value after ``before`` steps (the anchor's own). A node may read
+    an earlier value of the chain besides the previous one (``mul@v0``: a diamond);
+    the prefix ends where the rest reads no value of it but its last.
     Returns the steps, the extra inputs they read (value names, in order)
     and how many nodes of the chain they cover.
     """
     steps: list[str] = []
     extras: list[str] = []
-    cur = start
-    used = 0
+    at = {start: before}  # each chain value: after how many steps
+    ends = [(0, 0)]  # the lengths of steps and extras after each covered node
     for n in chain:
         made = None
         if values[n.outputs[0]].dtype == "float32":
-            made = _node_steps(b, n, cur, values, out_shape, channel_axis)
+            made = _node_steps(b, n, at, values, out_shape, channel_axis)
         if made is None:
             break
         steps.extend(made[0])
         extras.extend(made[1])
-        cur = n.outputs[0]
-        used += 1
-    return steps, extras, used
+        at[n.outputs[0]] = before + len(steps)
+        ends.append((len(steps), len(extras)))
+    used = len(ends) - 1
+    while used and _reads_inside(chain[used:], [start, *(n.outputs[0] for n in chain[: used - 1])]):
+        used -= 1
+    return steps[: ends[used][0]], extras[: ends[used][1]], used
+
+
+def _reads_inside(rest: Sequence[Node], inner: Sequence[str]) -> bool:
+    """Whether a node of ``rest`` reads one of the covered values that stay inside the kernel."""
+    return any(i in inner for n in rest for i in n.inputs)
 
 
 def _node_steps(
     b: Builder,
     n: Node,
-    cur: str,
+    at: dict[str, int],
     values: Mapping[str, Value],
     out_shape: tuple[int, ...],
     channel_axis: int,
 ) -> tuple[list[str], list[str]] | None:
-    """The steps (and extra inputs) of one node of the tail, None if the language lacks it."""
+    """The steps (and extra inputs) of one node of the tail, None if the language lacks it.
+
+    ``at`` holds the chain's values so far, the last one the node's main operand."""
+    cur = list(at)[-1]
+    if cur not in n.inputs:
+        return None
     step = _unary_step(n, values)
     if step is not None:
         return [step], []
@@ -239,8 +261,10 @@ def _node_steps(
     left = n.inputs[0] == cur
     other = n.inputs[1] if left else n.inputs[0]
     name = _BINARY[n.op][0 if left else 1]
-    if other == cur or not name:
+    if not name:
         return None
+    if other in at:  # x * sigmoid(x): an earlier value of the chain
+        return [f"{name}@v{at[other]}"], []
     made = _operand(b, name, other, values, out_shape, channel_axis)
     if made is None:
         return None
