@@ -44,6 +44,10 @@ output is the product itself, scheduled exactly like matmul.
 activation, a channel being an output feature; they are computed in ``Y``
 with the bias, so the space is that of a bias.
 
+One module past the usual size on purpose, like every template here: one
+operator's definition, reference, knobs, defaults and schedule read together;
+the shared pieces are already apart (``_gemm``'s nest, ``_gemv``, ``_cuda``).
+
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
 >>> cfg = config_space(128, 768, 3072, True, "relu", target).validate(
 ...     default_config(128, 768, 3072, True, "relu", target=target))

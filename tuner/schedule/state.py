@@ -3,6 +3,10 @@
 ``apply_step(state, step)`` either returns a new state or raises
 :class:`ScheduleError` naming the step and the reason. Every legality rule is
 one ``check(cond, why)`` line.
+
+One module past the usual size on purpose: the records of a state and one
+small handler per step, whose ``check`` lines are together the schedule
+language's legality rules, read in one place.
 """
 
 from __future__ import annotations
