@@ -11,13 +11,11 @@ the stack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...lower.extent import Ext, emax, mul, normal, symbol_ranges, upper
 from ...lower.intrin import intrinsic, match
-from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Seq, Stmt, Store, Tensorized
+from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Stmt, Store, Tensorized
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
@@ -25,6 +23,7 @@ from ...schedule.state import ScheduleError
 from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Select, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
+from .threaded import binds, has_parallel, render_threaded, top_level
 
 __all__ = ["SLP_UNROLLED_FULLY", "render"]
 
@@ -110,7 +109,7 @@ class NumbaRenderer(NumbaSourceRenderer):
             )
         if s.kind == "unroll" and isinstance(s.extent, Const):
             for k in range(int(s.extent.value)):
-                self.visit(substitute_stmt(s.body, _binds(s.var, Const(k)), simplify))
+                self.visit(substitute_stmt(s.body, binds(s.var, Const(k)), simplify))
             return
         if self.stage_vectors and self._chunk(s):
             return
@@ -157,7 +156,7 @@ class NumbaRenderer(NumbaSourceRenderer):
                 s.body
                 if lo == 0
                 else substitute_stmt(
-                    s.body, _binds(s.var, Var(s.var, "int64") + Const(lo)), simplify
+                    s.body, binds(s.var, Var(s.var, "int64") + Const(lo)), simplify
                 )
             )
             self.visit(For(s.var, Const(size), s.kind, body))
@@ -342,171 +341,6 @@ def _symbol_names(func: LoweredFunc) -> dict[str, str]:
     return out
 
 
-def _binds(var: str, value: Expr):  # type: ignore[no-untyped-def]
-    return lambda e: value if isinstance(e, Var) and e.name == var else None
-
-
-def _has_parallel(s: Stmt) -> bool:
-    return any(isinstance(x, For) and x.kind == "parallel" for x in walk_stmts(s))
-
-
-#: Serial loops around parallel ones that the threaded entry runs as Python loops, at most.
-_MAX_REPEATS = 64
-
-
-@dataclass(frozen=True)
-class _Repeat:
-    """A serial loop at the top whose body holds parallel loops: run by the Python entry."""
-
-    var: str
-    extent: int
-    items: list[Stmt | _Repeat]
-
-
-def _top_level(
-    s: Stmt, allocs: list[Alloc], symbols: frozenset[str] = frozenset()
-) -> list[Stmt | _Repeat] | None:
-    """The statements run one after another at the function's top, through sequences and scratch.
-
-    A serial loop around a parallel one is unwrapped when it runs once and
-    becomes a ``_Repeat`` (a loop in the Python entry) when it runs a few
-    times: a padding stage's ``for n in range(1): for c in parallel(C)`` is as
-    common as the batch loop of a batch above 1. ``None`` when a parallel loop
-    sits anywhere else (inside a condition, a stack buffer's scope or a long
-    serial loop) or has an extent that is neither constant nor an expression of
-    the kernel's ``symbols`` (which the entry knows): such a kernel keeps
-    ``prange``.
-    """
-    if isinstance(s, Seq):
-        out: list[Stmt | _Repeat] = []
-        for child in s.body:
-            items = _top_level(child, allocs, symbols)
-            if items is None:
-                return None
-            out += items
-        return out
-    if isinstance(s, Alloc) and s.buffer.scope != "local":
-        allocs.append(s)
-        return _top_level(s.body, allocs, symbols)
-    if isinstance(s, For) and s.kind == "parallel":
-        free = {v.name for v in walk(s.extent) if isinstance(v, Var)}
-        if not free <= symbols or _has_parallel(s.body):
-            return None
-        return [s]
-    if not _has_parallel(s):
-        return [s]
-    if isinstance(s, For) and s.kind == "serial" and isinstance(s.extent, Const):
-        extent = int(s.extent.value)
-        if extent == 1:
-            body = substitute_stmt(s.body, _binds(s.var, Const(0)), simplify)
-            return _top_level(body, allocs, symbols)
-        if 1 < extent <= _MAX_REPEATS:
-            inner = _top_level(s.body, allocs, symbols)
-            return None if inner is None else [_Repeat(s.var, extent, inner)]
-    return None
-
-
-def _render_threaded(
-    r: NumbaRenderer,
-    func: LoweredFunc,
-    items: list[Stmt | _Repeat],
-    allocs: list[Alloc],
-    njit_flags: str,
-    launch: str,
-) -> str:
-    """Serial stretches and parallel loops as separate functions, called by a Python entry.
-
-    Each top-level parallel loop becomes ``<name>_p<k>(lo, hi, ...)``, a
-    ``nogil`` function over a range of its iterations, one chunk per thread.
-    ``launch="native"``: the chunks run on Numba's threading layer (OpenMP or
-    TBB), through ``tuner.codegen.cpu.launch.launch`` and the chunk function's
-    address ``<name>_p<k>_a``. ``launch="pool"`` (no thread-safe layer):
-    ``tuner.codegen.cpu.threads.parallel_for`` runs them on Python threads. The statements
-    between them become ``<name>_s<k>(...)``; a ``_Repeat`` is a loop of the
-    entry, its variable passed on to the functions inside. Every function has
-    a signature, so importing the module compiles them all (or loads them from
-    the cache).
-    """
-    native = launch == "native" and bool(njit_flags)  # the launcher calls compiled chunks
-    for a in allocs:
-        r.buffers[a.buffer.name] = a.buffer
-        r.hoist(a.buffer.name, a.buffer.size, a.buffer.dtype)
-    buffers = [*func.args]  # the scratch buffers join once all are known
-    functions: list[tuple[str, For | None, tuple[str, ...], list[str]]] = []
-    # The entry's lines: a loop header, or (indent, function, parallel extent or None).
-    entry: list[str | tuple[int, int, str | None]] = []
-
-    def place(items: list[Stmt | _Repeat], outer: tuple[str, ...], depth: int) -> None:
-        open_serial = False  # the last function is serial and may take more statements
-        for item in items:
-            if isinstance(item, _Repeat):
-                entry.append(f"{'    ' * depth}for {item.var} in range({item.extent}):")
-                place(item.items, (*outer, item.var), depth + 1)
-                open_serial = False
-                continue
-            r.lines, r.depth, r.parallel = [], 1, None
-            if isinstance(item, For) and item.kind == "parallel":
-                r.emit(f"for {item.var} in range(lo_, hi_):")
-                r.depth, r.parallel = 2, item
-                r.visit(item.body)
-                entry.append((depth, len(functions), r.expr(item.extent)))
-                lines = [*r.take_stack(), *r.lines]
-                functions.append((f"{func.name}_p{len(functions)}", item, outer, lines))
-                open_serial = False
-            elif open_serial:
-                r.visit(item)
-                functions[-1][3][:0] = r.take_stack()
-                functions[-1][3].extend(r.lines)
-            else:
-                r.visit(item)
-                entry.append((depth, len(functions), None))
-                lines = [*r.take_stack(), *r.lines]
-                functions.append((f"{func.name}_s{len(functions)}", None, outer, lines))
-                open_serial = True
-
-    place(items, (), 1)
-    buffers += [r.buffers[n] for n in r.hoisted]
-    symbols = r.symbols
-    sig = ", ".join(
-        [*(f"numba.{b.dtype}[::1]" for b in buffers), *("numba.int64" for _ in symbols)]
-    )
-    out: list[str] = []
-    params: list[str] = []
-    for name, loop, outer, lines in functions:
-        params.append(", ".join([*(b.name for b in buffers), *symbols, *outer]))
-        types = ", ".join([sig, *("numba.int64" for _ in outer)])
-        if loop is None:
-            deco = f"@numba.njit(numba.void({types}), {njit_flags})"
-            head = f"def {name}({params[-1]}):"
-        else:
-            deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True)"
-            head = f"def {name}(lo_, hi_, {params[-1]}):"
-        out += [*([deco] if njit_flags else []), head, *lines, ""]
-        if loop is not None and native:
-            out += [f"{name}_a = chunk_address({name})", ""]
-    calls: list[str] = []
-    for line in entry:
-        if isinstance(line, str):
-            calls.append(line)
-            continue
-        depth, k, extent = line
-        name = functions[k][0]
-        if extent is None:
-            call = f"{name}({params[k]})"
-        elif native:
-            call = f"launch({name}_a, {extent}, numba.get_num_threads(), {params[k]})"
-        else:
-            call = f"parallel_for({name}, {extent}, {params[k]})"
-        calls.append("    " * depth + call)
-    out.append(f"def {func.name}({', '.join([*(b.name for b in func.args), *symbols])}):")
-    out += [
-        f"    {n} = np.empty({r.size_text(size)}, np.{dtype})"
-        for n, (size, dtype) in r.hoisted.items()
-    ]
-    out += calls
-    return "\n".join(out) + "\n"
-
-
 def render(
     func: LoweredFunc,
     njit_flags: str = "",
@@ -518,7 +352,7 @@ def render(
 
     Every function gets ``@numba.njit(<njit_flags>, ...)`` when ``njit_flags``
     is given. Parallel loops at the top of the nest run on threads
-    (``parallel="threads"``, see ``_render_threaded``) or as ``prange``
+    (``parallel="threads"``, see ``threaded.render_threaded``) or as ``prange``
     (``parallel="prange"``, and wherever a parallel loop sits deeper). Scratch
     buffers are allocated by the entry function and passed to the functions
     holding the loops: allocating them inside the loop nest's own function
@@ -528,11 +362,11 @@ def render(
     """
     if parallel not in ("threads", "prange"):
         raise ValueError(f"parallel must be 'threads' or 'prange', not {parallel!r}")
-    if parallel == "threads" and _has_parallel(func.body):
+    if parallel == "threads" and has_parallel(func.body):
         allocs: list[Alloc] = []
-        items = _top_level(func.body, allocs, frozenset(v.name for v in func.symbols))
+        items = top_level(func.body, allocs, frozenset(v.name for v in func.symbols))
         if items is not None:
-            return _render_threaded(
+            return render_threaded(
                 NumbaRenderer(func, stage_vectors), func, items, allocs, njit_flags, launch
             )
     r = NumbaRenderer(func, stage_vectors)
