@@ -21,8 +21,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from search_spaces._conv_numpy import numpy_fast as conv2d_numpy  # noqa: E402
 from search_spaces.conv2d import Conv2d  # noqa: E402
-from search_spaces.conv2d import numpy_fast as conv2d_numpy  # noqa: E402
 
 Peer = Callable[[], np.ndarray]  # runs once, returns its output buffer
 

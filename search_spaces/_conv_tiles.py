@@ -17,7 +17,7 @@ from ._gemm import accumulator_budget
 from ._target import resolve
 
 if TYPE_CHECKING:
-    from .conv2d import Conv2d
+    from ._conv_params import Conv2d
 
 __all__ = [
     "channel_tiles",

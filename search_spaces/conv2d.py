@@ -42,12 +42,10 @@ module's ``Conv2d`` parameters, definition and references.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from tuner import te
 from tuner.schedule import Schedule
@@ -56,6 +54,8 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._conv_numpy import numpy_fast, reference
+from ._conv_params import Conv2d
 from ._conv_tiles import (
     channel_tiles,
     channels_last_default,
@@ -66,8 +66,7 @@ from ._conv_tiles import (
 )
 from ._cuda import conv2d as gpu
 from ._cuda import is_gpu
-from ._epilogue import NONE, PARAM_DOC, Epilogue
-from ._epilogue import parse as parse_epilogue
+from ._epilogue import NONE, PARAM_DOC
 from ._gemm import accumulator_budget
 from ._target import resolve
 
@@ -88,135 +87,6 @@ __all__ = [
     "stages",
     "vectors",
 ]
-
-
-@dataclass(frozen=True)
-class Conv2d:
-    """A conv2d workload; depthwise is ``groups == C == K`` with a ``[C, 1, R, S]`` weight."""
-
-    N: int
-    C: int
-    H: int
-    W: int
-    K: int
-    R: int
-    S: int
-    stride: int = 1
-    pad: int = 0
-    dilation: int = 1
-    groups: int = 1
-    layout: str = "NCHW"
-    #: The weight's layout: PyTorch's ``OIHW`` (``W[K, C/groups, R, S]``), ``HWIO``
-    #: (``W[R, S, C/groups, K]``, output channels contiguous) or ``blocked``
-    #: (``W[ceil(K/block), R, S, C/groups, block]``: a register tile of ``block`` channels
-    #: streams one contiguous panel; the channels past K are zeros). A model packs its
-    #: constant weight once, at compile time (``pack_weights``), instead of every call.
-    weights: str = "OIHW"
-    block: int = 0
-    bias: bool = False
-    activation: str = "none"
-    epilogue: str = "none"  # the epilogue DSL (search_spaces._epilogue), after bias and relu
-
-    @classmethod
-    def from_args(cls, a: Mapping[str, Any]) -> Conv2d:
-        """From parsed operator arguments (depthwise ones have no K: it is C)."""
-        fields = {k: a[k] for k in cls.__dataclass_fields__ if k in a}
-        if "K" not in a:
-            fields.update(K=a["C"], groups=a["C"])
-        return cls(**fields)
-
-    @property
-    def OH(self) -> int:
-        return (self.H + 2 * self.pad - self.dilation * (self.R - 1) - 1) // self.stride + 1
-
-    @property
-    def OW(self) -> int:
-        return (self.W + 2 * self.pad - self.dilation * (self.S - 1) - 1) // self.stride + 1
-
-    @property
-    def Cg(self) -> int:
-        """Input channels per group (the reduction's channel extent)."""
-        return self.C // self.groups
-
-    @property
-    def nhwc(self) -> bool:
-        return self.layout == "NHWC"
-
-    @property
-    def hwio(self) -> bool:
-        return self.weights == "HWIO"
-
-    @property
-    def blocked(self) -> bool:
-        return self.weights == "blocked"
-
-    @property
-    def weight_shape(self) -> tuple[int, ...]:
-        """``W``'s shape in its layout."""
-        if self.hwio:
-            return (self.R, self.S, self.Cg, self.K)
-        if self.blocked:
-            return (-(-self.K // self.block), self.R, self.S, self.Cg, self.block)
-        return (self.K, self.Cg, self.R, self.S)
-
-    def oihw(self, w: np.ndarray) -> np.ndarray:
-        """The weight in PyTorch's ``[K, C/groups, R, S]`` layout (a view where it can be)."""
-        if self.hwio:
-            return w.transpose(3, 2, 0, 1)
-        if self.blocked:
-            kb, r, s, c, b = w.shape
-            return w.transpose(0, 4, 3, 1, 2).reshape(kb * b, c, r, s)[: self.K]
-        return w
-
-    def pack_weights(self, w: np.ndarray) -> np.ndarray:
-        """A ``[K, C/groups, R, S]`` weight in this workload's layout (a new array)."""
-        if self.hwio:
-            return np.ascontiguousarray(w.transpose(2, 3, 1, 0))
-        if self.blocked:
-            kb = -(-self.K // self.block)
-            padded = np.zeros((kb * self.block, *w.shape[1:]), w.dtype)
-            padded[: self.K] = w
-            blocks = padded.reshape(kb, self.block, *w.shape[1:])
-            return np.ascontiguousarray(blocks.transpose(0, 3, 4, 2, 1))
-        return np.ascontiguousarray(w)
-
-    @property
-    def steps(self) -> Epilogue:
-        """The parsed ``epilogue`` text."""
-        return parse_epilogue(self.epilogue)
-
-    @property
-    def has_epilogue(self) -> bool:
-        """Whether an output stage ``Y`` follows the sum (a bias, relu or epilogue steps)."""
-        return self.bias or self.activation != "none" or self.epilogue != "none"
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int]:
-        return (
-            (self.N, self.OH, self.OW, self.K) if self.nhwc else (self.N, self.K, self.OH, self.OW)
-        )
-
-    def check(self) -> None:
-        """Raise OperatorError (one sentence) for arguments that describe no convolution."""
-        from . import OperatorError
-
-        if (self.block > 0) != self.blocked:
-            raise OperatorError(
-                f"conv2d block={self.block}: a block of output channels (> 0) goes with "
-                f"weights=blocked, and only with it"
-            )
-        if self.C % self.groups or self.K % self.groups:
-            raise OperatorError(
-                f"conv2d groups={self.groups} must divide both C={self.C} and K={self.K}"
-            )
-        for size, win, name in ((self.H, self.R, "R"), (self.W, self.S, "S")):
-            span = self.dilation * (win - 1) + 1
-            if span > size + 2 * self.pad:
-                raise OperatorError(
-                    f"the dilated window {name}={win} (dilation {self.dilation}, span {span}) "
-                    f"does not fit the padded input ({size} + 2*{self.pad})"
-                )
-        self.steps  # noqa: B018 (parsing raises OperatorError for a bad text)
 
 
 # -- definition ---------------------------------------------------------------------------
@@ -321,63 +191,6 @@ def _extras(p: Conv2d, t: dict[str, Tensor]) -> list[Tensor]:
 def define(p: Conv2d) -> list[Tensor]:
     """The kernel's arguments: ``X``, ``W``, (``B``,) the epilogue's extra inputs, ``Y``."""
     return _arguments(p, stages(p))
-
-
-# -- NumPy ----------------------------------------------------------------------------------
-
-
-def _windows(p: Conv2d, x: np.ndarray) -> np.ndarray:
-    """Every window of the padded NCHW input: ``[N, C, OH, OW, R, S]`` (a view, no copy)."""
-    xp = np.pad(x, ((0, 0), (0, 0), (p.pad, p.pad), (p.pad, p.pad)))
-    span_r, span_s = p.dilation * (p.R - 1) + 1, p.dilation * (p.S - 1) + 1
-    v = sliding_window_view(xp, (span_r, span_s), axis=(2, 3))
-    return v[:, :, :: p.stride, :: p.stride, :: p.dilation, :: p.dilation][:, :, : p.OH, : p.OW]
-
-
-def _finish(p: Conv2d, y: np.ndarray, b: np.ndarray | None, nchw: bool = True) -> np.ndarray:
-    """Bias and activation, in place, then the output layout (``y`` is NCHW, or NHWC already)."""
-    if b is not None:
-        y += b.reshape(1, -1, 1, 1) if nchw else b
-    if p.activation == "relu":
-        np.maximum(y, 0, out=y)
-    return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if p.nhwc and nchw else y
-
-
-def reference(
-    p: Conv2d,
-    x: np.ndarray,
-    w: np.ndarray,
-    b: np.ndarray | None = None,
-    extras: Sequence[np.ndarray] = (),
-) -> np.ndarray:
-    """The convolution by einsum over the windows of the padded input (float64 sums),
-    then the bias, the activation and the epilogue on its ``extras``."""
-    xc = x.transpose(0, 3, 1, 2) if p.nhwc else x
-    v = _windows(p, xc.astype(np.float64)).reshape(p.N, p.groups, p.Cg, p.OH, p.OW, p.R, p.S)
-    wg = p.oihw(w).astype(np.float64).reshape(p.groups, p.K // p.groups, p.Cg, p.R, p.S)
-    y = np.einsum("ngcyxrs,gkcrs->ngkyx", v, wg).reshape(p.N, p.K, p.OH, p.OW)
-    y = _finish(p, y, None if b is None else b.astype(np.float64))
-    y = p.steps.apply_numpy(y, extras, channel_axis=3 if p.nhwc else 1)
-    return y.astype(np.float32)
-
-
-def numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """The best plain NumPy formulation: im2col (one copy of the windows) then BLAS per group.
-
-    NCHW multiplies ``W[K, C*R*S] @ cols[C*R*S, OH*OW]``; NHWC multiplies
-    ``cols[OH*OW, C*R*S] @ W.T``, so that both write their output layout directly.
-    """
-    G, Kg, CRS = p.groups, p.K // p.groups, p.Cg * p.R * p.S
-    wg = np.ascontiguousarray(p.oihw(w)).reshape(G, Kg, CRS)
-    if p.nhwc:
-        v = _windows(p, x.transpose(0, 3, 1, 2)).reshape(p.N, G, p.Cg, p.OH, p.OW, p.R, p.S)
-        cols = np.ascontiguousarray(v.transpose(1, 0, 3, 4, 2, 5, 6)).reshape(G, -1, CRS)
-        y = np.matmul(cols, wg.transpose(0, 2, 1)).transpose(1, 0, 2)
-        return _finish(p, y.reshape(p.N, p.OH, p.OW, p.K), b, nchw=False)
-    v = _windows(p, x).reshape(p.N, G, p.Cg, p.OH, p.OW, p.R, p.S)
-    cols = np.ascontiguousarray(v.transpose(0, 1, 2, 5, 6, 3, 4))
-    y = np.matmul(wg[None], cols.reshape(p.N, G, CRS, p.OH * p.OW))
-    return _finish(p, y.reshape(p.N, p.K, p.OH, p.OW), b)
 
 
 def flops(p: Conv2d) -> float:

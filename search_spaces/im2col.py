@@ -38,8 +38,9 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, get_operator, register_operator  # noqa: F401 (doctest)
+from ._conv_numpy import windows
 from ._target import resolve
-from .conv2d import IMAGE_PARAMS, WINDOW_PARAMS, Conv2d, _padded, _windows
+from .conv2d import IMAGE_PARAMS, WINDOW_PARAMS, Conv2d, _padded
 
 __all__ = ["default_config", "define", "reference", "schedule", "space"]
 
@@ -65,7 +66,7 @@ def define(p: Conv2d) -> tuple[Tensor, Tensor | None, Tensor]:
 def reference(x: np.ndarray, **a: Any) -> np.ndarray:
     """NumPy's windows of the padded input, in ``[N, C, R, S, OH, OW]`` order."""
     p = _conv(a)
-    win = _windows(p, x)  # [N, C, OH, OW, R, S] at the stride and dilation
+    win = windows(p, x)  # [N, C, OH, OW, R, S] at the stride and dilation
     return np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3))
 
 
