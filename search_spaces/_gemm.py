@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import te
-from tuner.lower.intrin import TensorIntrin
 from tuner.schedule import Schedule
+from tuner.schedule.intrin import TensorIntrin
 from tuner.schedule.schedule import AxisRef
 from tuner.space import ConfigSpace
 from tuner.target import Target

@@ -1,7 +1,7 @@
 """int8 matmul through the target's int8 dot product (x86 VNNI's ``vpdpbusd``).
 
 The instruction multiplies unsigned bytes by signed ones, four at a time, into
-int32 lanes (``tuner.lower.intrin``). A product of two signed int8 matrices
+int32 lanes (``tuner.schedule.intrin``). A product of two signed int8 matrices
 reaches it by shifting A into the unsigned range and correcting with B's
 column sums::
 

@@ -13,11 +13,12 @@ import tuner
 from tuner import te
 from tuner.codegen.backend import BuildOptions
 from tuner.codegen.cpu.backend import NumbaCpuBackend
-from tuner.lower.intrin import INTRINSICS, dot_intrinsic, require
+from tuner.lower.intrin import dot_intrinsic, require
 from tuner.lower.ir import Tensorized
 from tuner.lower.lower import lower
 from tuner.lower.visitor import walk_stmts
 from tuner.schedule import Schedule
+from tuner.schedule.intrin import INTRINSICS
 from tuner.schedule.state import ScheduleError
 from tuner.target import Target, int8_dot_bits
 

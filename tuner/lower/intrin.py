@@ -1,25 +1,14 @@
-"""Tensor intrinsics: a two-loop nest that one machine instruction computes.
+"""Tensorized loops in lowering and codegen: the target check and the match.
 
-``s[C].tensorize(axis, name)`` marks the loop ``axis`` and the reduction loop
-directly inside it as one instruction. Lowering wraps that pair of loops in a
-``Tensorized`` statement; a backend that has the instruction checks that the
-loops' body is the intrinsic's computation with its memory layout
-(:func:`match`) and emits one call in place of both loops, and renders the
-loops as they are where they are not (the padded copy of an edge tile, whose
-reads clamp their indices). A tensorized loop that matches nowhere is a
-``ScheduleError``, as is a target without the instruction.
-
-The one family today is x86 VNNI's ``vpdpbusd``: ``lanes`` int32 accumulators
-each add the dot product of 4 unsigned bytes (one group of ``a``, the same for
-every lane) with 4 signed bytes (lane ``l``'s group of ``b``)::
-
-    for l in range(lanes):                     # tensorized
-        for q in range(4):                     # the reduction inside it
-            out[o + l] += int32(a[p + q]) * int32(b[r + 4 * l + q])
-
-``a`` is uint8 and ``b`` int8: an int8 x int8 product reaches it through
-``a + 128`` and a correction by ``128 * sum(b)`` (``search_spaces._int8``).
-The sums wrap at 32 bits, as the loops' int32 arithmetic does.
+The intrinsics, and the computation each one stands for, are the schedule's
+table (``tuner.schedule.intrin``). A ``tensorize`` step marks a loop and the
+reduction loop directly inside it as one instruction. Lowering wraps that
+pair of loops in a ``Tensorized`` statement and refuses a target without the
+instruction (:func:`require`); a backend that has it checks that the loops'
+body is the intrinsic's computation with its memory layout (:func:`match`)
+and emits one call in place of both loops, and renders the loops as they are
+where they are not (the padded copy of an edge tile, whose reads clamp their
+indices). A tensorized loop that matches nowhere is a ``ScheduleError``.
 """
 
 from __future__ import annotations
@@ -27,46 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..schedule.intrin import INTRINSICS, TensorIntrin
 from ..schedule.state import ScheduleError
 from ..target import Target
 from ..te.expr import Binary, Cast, Const, Expr, Var, transform, walk
 from .ir import For, Load, Store
 from .simplify import simplify
 
-__all__ = ["INTRINSICS", "Match", "TensorIntrin", "dot_intrinsic", "intrinsic", "match", "require"]
-
-
-@dataclass(frozen=True)
-class TensorIntrin:
-    """``out[lane] += sum_q a[q] * b[lane, q]``: ``lanes`` x ``depth``, the capability it needs."""
-
-    name: str
-    lanes: int  # extent of the tensorized loop
-    depth: int  # extent of the reduction loop inside it
-    out: str  # dtypes
-    a: str
-    b: str
-    capability: str  # a target capability that must be at least ``minimum``
-    minimum: int
-
-    @property
-    def strides(self) -> dict[str, tuple[int, int]]:
-        """Element strides along (the tensorized loop, the reduction loop) of each operand."""
-        return {"out": (1, 0), "a": (0, 1), "b": (self.depth, 1)}
-
-
-INTRINSICS: dict[str, TensorIntrin] = {
-    t.name: t
-    for t in (
-        TensorIntrin("dot_u8s8_i32x16", 16, 4, "int32", "uint8", "int8", "int8_dot_bits", 512),
-        TensorIntrin("dot_u8s8_i32x8", 8, 4, "int32", "uint8", "int8", "int8_dot_bits", 256),
-    )
-}
+__all__ = ["Match", "dot_intrinsic", "intrinsic", "match", "require"]
 
 
 def intrinsic(name: str) -> TensorIntrin:
-    if name not in INTRINSICS:
-        raise ScheduleError(f"unknown tensor intrinsic {name!r}; known: {', '.join(INTRINSICS)}")
+    """The intrinsic a tensorized loop names (the tensorize step checked the name)."""
     return INTRINSICS[name]
 
 

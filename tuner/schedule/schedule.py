@@ -130,7 +130,7 @@ class StageRef:
     def tensorize(self, axis: AxisRef | str, intrin: str) -> None:
         """Compute this loop and the reduction loop just inside it as tensor intrinsic ``intrin``.
 
-        See ``tuner.lower.intrin`` for the intrinsics and the computation each one matches.
+        See ``tuner.schedule.intrin`` for the intrinsics and the computation each one stands for.
         """
         self._s._add(Tensorize(self.name, self._ax(axis), intrin))
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from ..kinds import AttachKind, LoopKind, Scope
 from ..te.expr import Const, Expr, IterVar, TensorRead, transform
 from ..te.tensor import ComputeOp, Tensor
+from .intrin import INTRINSICS
 from .steps import (
     ANNOTATIONS,
     SCOPES,
@@ -311,8 +312,6 @@ def _annotate(state: State, st: Annotate) -> State:
 
 
 def _tensorize(state: State, st: Tensorize) -> State:
-    from ..lower.intrin import INTRINSICS
-
     stage = state.stage(st.stage)
     ax = _leaf(stage, st.axis)
     check(

@@ -7,7 +7,7 @@ import numpy as np
 __all__ = ["DTYPES", "check_dtype", "is_float", "is_int", "numpy_dtype", "promote"]
 
 # Ordered from narrow to wide: promotion picks the later of two.
-#: uint8 holds the unsigned operand of an int8 dot product (``tuner.lower.intrin``).
+#: uint8 holds the unsigned operand of an int8 dot product (``tuner.schedule.intrin``).
 DTYPES: tuple[str, ...] = ("bool", "int8", "uint8", "int32", "int64", "float32", "float64")
 
 
