@@ -1,6 +1,7 @@
-"""2-D convolutions: ``conv2d`` (groups, dilation, NCHW or NHWC, fused bias and relu):
-the parameters, definition and NumPy references it shares with ``depthwise_conv2d``,
-and its knobs and schedule.
+"""2-D convolutions: ``conv2d`` (groups, dilation, NCHW or NHWC, fused bias and relu),
+its knobs and schedule. It shares with ``depthwise_conv2d`` the parameters
+(``_conv_params``), the definition (``_conv_define``) and the NumPy references
+(``_conv_numpy``).
 
 Inputs follow PyTorch: ``X[N, C, H, W]`` (or ``X[N, H, W, C]`` in NHWC), the
 weight ``W[K, C/groups, R, S]`` in both layouts, an optional bias ``B[K]``; the
@@ -32,9 +33,6 @@ per-channel scale, clip, gelu ...) make the convolution a stage computed
 inside the output's row (and channel block) loop, so the epilogue reads a
 tile that is still in cache. The epilogue's extra inputs follow ``B``.
 
-``depthwise_conv2d`` (``search_spaces.depthwise_conv2d``) shares this
-module's ``Conv2d`` parameters, definition and references.
-
 >>> p = Conv2d.from_args({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3})
 >>> target = Target.make("cpu", vector_lanes=8, vector_registers=16)
 >>> s, tensors = schedule(default_config(p, target), p, target)
@@ -54,6 +52,7 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._conv_define import arguments, stages
 from ._conv_numpy import numpy_fast, reference
 from ._conv_params import Conv2d
 from ._conv_tiles import (
@@ -84,113 +83,16 @@ __all__ = [
     "reference",
     "reference_from_args",
     "schedule",
-    "stages",
     "vectors",
 ]
 
 
-# -- definition ---------------------------------------------------------------------------
-
-
-def _padded(p: Conv2d, X: Tensor) -> Tensor | None:
-    """The zero-padded input stage ``Xp`` (None without padding)."""
-    if p.pad == 0:
-        return None
-    pad, H, W = p.pad, p.H, p.W
-
-    def inside(h: te.Expr, w: te.Expr) -> te.Expr:
-        return (h >= pad) & (h < H + pad) & (w >= pad) & (w < W + pad)
-
-    if p.nhwc:
-        return te.compute(
-            (p.N, H + 2 * pad, W + 2 * pad, p.C),
-            lambda n, h, w, c: te.if_then_else(inside(h, w), X[n, h - pad, w - pad, c], 0.0),
-            name="Xp",
-        )
-    return te.compute(
-        (p.N, p.C, H + 2 * pad, W + 2 * pad),
-        lambda n, c, h, w: te.if_then_else(inside(h, w), X[n, c, h - pad, w - pad], 0.0),
-        name="Xp",
-    )
-
-
-def stages(p: Conv2d) -> dict[str, Tensor]:
-    """Every tensor by role: X, W, B (bias), Xp (padding), conv (the sum) and Y (output)."""
-    xshape = (p.N, p.H, p.W, p.C) if p.nhwc else (p.N, p.C, p.H, p.W)
-    X = te.placeholder(xshape, "float32", name="X")
-    Wt = te.placeholder(p.weight_shape, "float32", name="W")
-    out: dict[str, Tensor] = {"X": X, "W": Wt}
-    Xp = _padded(p, X)
-    src = X if Xp is None else Xp
-    if Xp is not None:
-        out["Xp"] = Xp
-    c = te.reduce_axis(p.Cg, name="rc")
-    r = te.reduce_axis(p.R, name="rr")
-    s = te.reduce_axis(p.S, name="rs")
-    st, d, Kg, Cg = p.stride, p.dilation, p.K // p.groups, p.Cg
-
-    def chan(k: te.Expr) -> te.Expr:
-        return c if p.groups == 1 else (k // Kg) * Cg + c
-
-    def weight(k: te.Expr) -> te.Expr:
-        if p.blocked:
-            return Wt[k // p.block, r, s, c, k % p.block]
-        return Wt[r, s, c, k] if p.hwio else Wt[k, c, r, s]
-
-    name = "conv" if p.has_epilogue else "Y"
-    if p.nhwc:
-        conv = te.compute(
-            (p.N, p.OH, p.OW, p.K),
-            lambda n, oh, ow, k: te.sum(
-                src[n, oh * st + r * d, ow * st + s * d, chan(k)] * weight(k), axis=[c, r, s]
-            ),
-            name=name,
-        )
-    else:
-        conv = te.compute(
-            (p.N, p.K, p.OH, p.OW),
-            lambda n, k, oh, ow: te.sum(
-                src[n, chan(k), oh * st + r * d, ow * st + s * d] * weight(k), axis=[c, r, s]
-            ),
-            name=name,
-        )
-    out["conv"] = conv
-    if not p.has_epilogue:
-        out["Y"] = conv
-        return out
-    if p.bias:
-        out["B"] = te.placeholder((p.K,), "float32", name="B")
-    for e in p.steps.placeholders(p.K, p.out_shape):
-        out[e.name] = e
-    if p.nhwc:
-        out["Y"] = te.compute(
-            conv.shape_ints, lambda n, oh, ow, k: _epilogue(p, out, (n, oh, ow, k), k), name="Y"
-        )
-    else:
-        out["Y"] = te.compute(
-            conv.shape_ints, lambda n, k, oh, ow: _epilogue(p, out, (n, k, oh, ow), k), name="Y"
-        )
-    return out
-
-
-def _epilogue(p: Conv2d, t: dict[str, Tensor], idx: tuple[te.Expr, ...], k: te.Expr) -> te.Expr:
-    """Bias and activation of the convolution's element ``idx`` (output channel ``k``)."""
-    value: te.Expr = t["conv"][idx]
-    if p.bias:
-        value = value + t["B"][k]
-    if p.activation == "relu":
-        value = te.maximum(value, 0.0)
-    return p.steps.apply(value, k, idx, _extras(p, t))
-
-
-def _extras(p: Conv2d, t: dict[str, Tensor]) -> list[Tensor]:
-    """The epilogue's extra inputs ``E0``, ``E1`` ... (after X, W and B)."""
-    return [t[f"E{i}"] for i in range(len(p.steps.extras))]
+# -- definition (the stages: _conv_define) -------------------------------------------------
 
 
 def define(p: Conv2d) -> list[Tensor]:
     """The kernel's arguments: ``X``, ``W``, (``B``,) the epilogue's extra inputs, ``Y``."""
-    return _arguments(p, stages(p))
+    return arguments(p, stages(p))
 
 
 def flops(p: Conv2d) -> float:
@@ -304,11 +206,7 @@ def schedule(
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
     _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.has_epilogue)
-    return s, _arguments(p, t)
-
-
-def _arguments(p: Conv2d, t: dict[str, Tensor]) -> list[Tensor]:
-    return [t["X"], t["W"], *([t["B"]] if p.bias else []), *_extras(p, t), t["Y"]]
+    return s, arguments(p, t)
 
 
 def _conv_nest(

@@ -38,9 +38,10 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, get_operator, register_operator  # noqa: F401 (doctest)
+from ._conv_define import padded
 from ._conv_numpy import windows
 from ._target import resolve
-from .conv2d import IMAGE_PARAMS, WINDOW_PARAMS, Conv2d, _padded
+from .conv2d import IMAGE_PARAMS, WINDOW_PARAMS, Conv2d
 
 __all__ = ["default_config", "define", "reference", "schedule", "space"]
 
@@ -52,7 +53,7 @@ def _conv(a: Mapping[str, Any]) -> Conv2d:
 def define(p: Conv2d) -> tuple[Tensor, Tensor | None, Tensor]:
     """``X``, the padded stage ``Xp`` (None without padding) and the windows ``Y``."""
     X = te.placeholder((p.N, p.C, p.H, p.W), "float32", name="X")
-    Xp = _padded(p, X)
+    Xp = padded(p, X)
     src = X if Xp is None else Xp
     st, d = p.stride, p.dilation
     Y = te.compute(

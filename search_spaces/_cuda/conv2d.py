@@ -21,7 +21,7 @@ each thread stores its channels.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner import te
 from tuner.schedule import Schedule
@@ -29,10 +29,9 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from .._conv_define import arguments, stages
+from .._conv_params import Conv2d
 from . import pow2_at_least, threads_per_block
-
-if TYPE_CHECKING:
-    from ..conv2d import Conv2d
 
 __all__ = ["config_space", "default_config", "schedule"]
 
@@ -84,8 +83,6 @@ def _pixel_tiles(p: Conv2d, s: Schedule, T: Tensor, threads: int, kr: int) -> tu
 
 
 def schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]:
-    from ..conv2d import _arguments, stages  # the operator's module imports this one
-
     threads, kr = int(cfg["threads"]), int(cfg["kr"])
     t = stages(p)
     conv, Y = t["conv"], t["Y"]
@@ -101,4 +98,4 @@ def schedule(cfg: Mapping[str, Any], p: Conv2d) -> tuple[Schedule, list[Tensor]]
         s[conv].compute_at(s[Y], pt)
         s[conv].reorder(*s[conv].op.reduce_axis, *s[conv].op.axis)
     s[Y].unroll(kk)
-    return s, _arguments(p, t)
+    return s, arguments(p, t)
