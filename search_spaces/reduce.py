@@ -7,7 +7,8 @@ reduced extent. A max drops NaN (``max(acc, nan)`` keeps ``acc``), where NumPy
 propagates it: the kernels compare and select, as vector max instructions do.
 
 All three are memory-bound: every element of ``X`` is read once, and the fast
-schedules read it at the speed of memory. Three stages make that possible::
+schedules read it at the speed of memory. Three stages make that possible
+(``_reduce_define``)::
 
     P[i, l] = sum_ko X[i, ko*L + l]           # L partial sums per row ("lanes")
     R[i]    = sum_r P[i, r] (+ the N % L tail elements of the row)
@@ -71,6 +72,7 @@ from tuner.te import Tensor
 
 from ._cuda import is_gpu
 from ._cuda import reduce as gpu
+from ._reduce_define import stages
 from ._target import resolve
 
 if TYPE_CHECKING:
@@ -91,7 +93,6 @@ __all__ = [
 #: The reductions this module registers, as ``reduce_<kind>``.
 KINDS = ("sum", "mean", "max")
 
-_COMBINER: dict[str, Callable[..., Any]] = {"sum": te.sum, "mean": te.sum, "max": te.max}
 _LANES = (1, 8, 16, 32, 64)
 _COL_BLOCKS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _ROWS = (1, 2, 4, 8, 16)
@@ -105,48 +106,8 @@ PARALLEL_MIN_BYTES = 8 << 20
 
 def define(kind: str, M: int, N: int, axis: int, lanes: int = 1) -> tuple[Tensor, Tensor]:
     """The input ``X[M, N]`` and the output ``Y`` (``[M]`` for axis 1, ``[N]`` for axis 0)."""
-    X, *_, Y = _stages(kind, M, N, axis, lanes)
+    X, *_, Y = stages(kind, M, N, axis, lanes)
     return X, Y
-
-
-def _stages(
-    kind: str, M: int, N: int, axis: int, lanes: int
-) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
-    """``X``, the lane partials ``P`` (None for one lane), the reduction ``R`` and ``Y``."""
-    combine = _COMBINER[kind]
-    X = te.placeholder((M, N), "float32", name="X")
-    extent = N if axis == 1 else M
-    P: Tensor | None = None
-    if axis == 0:
-        k = te.reduce_axis(M, name="k")
-        R = te.compute((N,), lambda j: combine(X[k, j], axis=k), name="R")
-    elif lanes == 1:
-        k = te.reduce_axis(N, name="k")
-        R = te.compute((M,), lambda i: combine(X[i, k], axis=k), name="R")
-    else:
-        full, tail = N // lanes, N % lanes
-        ko = te.reduce_axis(full, name="ko")
-        P = te.compute((M, lanes), lambda i, l: combine(X[i, ko * lanes + l], axis=ko), name="P")
-        part = P
-        r = te.reduce_axis(lanes + tail, name="r")
-        # Both reads stay in bounds for every r; the select picks the live one.
-        R = te.compute(
-            (M,),
-            lambda i: combine(
-                te.if_then_else(
-                    r < lanes,
-                    part[i, te.minimum(r, lanes - 1)],
-                    X[i, full * lanes + te.maximum(r - lanes, 0)],
-                ),
-                axis=r,
-            ),
-            name="R",
-        )
-    if kind == "mean":
-        Y = te.compute(R.shape, lambda i: R[i] / te.const(extent, "float32"), name="Y")
-    else:
-        Y = te.compute(R.shape, lambda i: R[i], name="Y")
-    return X, P, R, Y
 
 
 def reference(kind: str, axis: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -249,7 +210,7 @@ def schedule(
 ) -> tuple[Schedule, list[Tensor]]:
     """The schedule for ``cfg`` (validate configs from outside against config_space first)."""
     lanes = int(cfg["lanes"]) if axis == 1 else 1
-    X, P, R, Y = _stages(kind, M, N, axis, lanes)
+    X, P, R, Y = stages(kind, M, N, axis, lanes)
     s = te.create_schedule(Y)
     if axis == 0:
         _schedule_columns(s, cfg, R, Y)

@@ -29,6 +29,7 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from .._reduce_define import stages
 from . import pow2_at_least, threads_per_block
 
 __all__ = ["config_space", "default_config", "schedule"]
@@ -56,10 +57,8 @@ def default_config(M: int, N: int, axis: int, target: Target) -> dict[str, Any]:
 def schedule(
     cfg: Mapping[str, Any], kind: str, M: int, N: int, axis: int
 ) -> tuple[Schedule, list[Tensor]]:
-    from ..reduce import _stages  # the operator's module imports this one
-
     threads = int(cfg["threads"])
-    X, P, R, Y = _stages(kind, M, N, axis, threads if axis == 1 else 1)
+    X, P, R, Y = stages(kind, M, N, axis, threads if axis == 1 else 1)
     s = te.create_schedule(Y)
     (i,) = s[Y].op.axis
     if axis == 1:
