@@ -54,6 +54,7 @@ from tuner.te import Tensor
 
 from . import Operator, softmax
 from ._cuda import is_gpu, rows
+from ._rows_define import LayerNormStages
 from ._target import resolve
 
 __all__ = [
@@ -73,85 +74,6 @@ EPS = 1e-5
 
 
 # -- layer norm ---------------------------------------------------------------
-
-
-#: Two sums carried together (a tuple reduction): one pass over a row for its moments.
-SUMS = te.comm_reducer(lambda a, b: (a[0] + b[0], a[1] + b[1]), lambda t: (0.0, 0.0), "sums")
-
-
-class _LayerNorm:
-    """The tensors of one layer norm, in dependency order.
-
-    With ``one_pass`` the row's sum and sum of squares are one tuple reduction
-    (``SUMS``), each element shifted by the row's first one: with ``d = x -
-    x[0]``, the mean is ``x[0] + sum(d) / N`` and the variance ``sum(d*d) / N
-    - (sum(d) / N)**2``. The shift keeps the subtraction accurate where the
-    mean is large against the spread (a plain sum of squares loses every
-    digit there): the first element's own deviation is part of the variance,
-    ``var >= (x[0] - mean)**2 / N``, so the cancellation costs at most about
-    ``N`` units of rounding (5e-5 relative at N = 768 in float32). The
-    two-pass form is exact whatever the data.
-    """
-
-    def __init__(
-        self, M: int, N: int, lanes: int, eps: float, dtype: str = "float32", one_pass: bool = False
-    ):
-        X = te.placeholder((M, N), dtype, name="X")
-        gamma = te.placeholder((N,), dtype, name="gamma")
-        beta = te.placeholder((N,), dtype, name="beta")
-        self.X, self.gamma, self.beta = X, gamma, beta
-        # A symbolic N (a generic kernel's) divides at run time, once per row.
-        inv_n = 1.0 / N.astype(dtype) if isinstance(N, te.Expr) else te.const(1.0 / N, dtype)
-        self.one_pass = one_pass
-        if one_pass:
-            self._moments(M, N, lanes, eps, dtype, inv_n)
-            return
-        self.sum_part, self.sum = softmax.lane_reduce(
-            "sum", lambda i, j: X[i, j], M, N, lanes, "X_sum"
-        )
-        X_sum = self.sum
-        self.mean = te.compute((M,), lambda i: X_sum[i] * inv_n, name="X_mean")
-        mean = self.mean
-
-        def centred_square(i: Any, j: Any) -> te.Expr:
-            d = X[i, j] - mean[i]
-            return d * d
-
-        self.sq_part, self.sq = softmax.lane_reduce("sum", centred_square, M, N, lanes, "X_sq")
-        X_sq = self.sq
-        self.rstd = te.compute(
-            (M,),
-            lambda i: te.const(1.0, dtype) / te.sqrt(X_sq[i] * inv_n + te.const(eps, dtype)),
-            name="X_rstd",
-        )
-        self._output(M, N)
-
-    def _moments(self, M: int, N: int, lanes: int, eps: float, dtype: str, inv_n: te.Expr) -> None:
-        X = self.X
-
-        def shifted(i: Any, j: Any) -> tuple[te.Expr, te.Expr]:
-            d = X[i, j] - X[i, 0]
-            return d, d * d
-
-        self.sum_part, self.sum = softmax.lane_reduce(SUMS, shifted, M, N, lanes, "X_moments")
-        S = self.sum
-        self.mean = te.compute((M,), lambda i: X[i, 0] + S[i, 0] * inv_n, name="X_mean")
-
-        def rstd(i: Any) -> te.Expr:
-            m = S[i, 0] * inv_n
-            var = te.maximum(S[i, 1] * inv_n - m * m, te.const(0.0, dtype))
-            return te.const(1.0, dtype) / te.sqrt(var + te.const(eps, dtype))
-
-        self.rstd = te.compute((M,), rstd, name="X_rstd")
-        self._output(M, N)
-
-    def _output(self, M: int, N: int) -> None:
-        X, gamma, beta, mean, rstd = self.X, self.gamma, self.beta, self.mean, self.rstd
-        self.Y = te.compute(
-            (M, N),
-            lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
-            name="Y",
-        )
 
 
 def layer_norm_reference(
@@ -241,7 +163,7 @@ def layer_norm_schedule(
     """
     # A shape-generic kernel (symbolic N) scheduled from a concrete shape's config: two passes.
     one_pass = bool(cfg.get("one_pass", False)) and isinstance(N, int)
-    ln = _LayerNorm(M, N, int(cfg["lanes"]), eps, dtype, one_pass)
+    ln = LayerNormStages(M, N, int(cfg["lanes"]), eps, dtype, one_pass)
     s = te.create_schedule(ln.Y)
     attach: list[tuple[Tensor, Tensor | None]]
     if ln.one_pass:  # the moments are read by the mean and the deviation: at the output's row

@@ -24,9 +24,9 @@ stored, softmax's default)::
 
 Why ``lanes``: a reduction is one serial chain of max or add operations (no
 reassociation without fast-math), 3 to 4 cycles per element. Reducing into
-``lanes`` partial results (``lane_reduce``, which also handles rows that
-``lanes`` does not divide) makes the chains independent; the partials are
-combined once per row. How LLVM treats the lanes loop depends on its size:
+``lanes`` partial results (``_rows_define.lane_reduce``, which also handles
+rows that ``lanes`` does not divide) makes the chains independent; the
+partials are combined once per row. How LLVM treats the lanes loop depends on its size:
 a short loop with a small body (a plain max or sum, 32 lanes or fewer) is
 unrolled fully before the loop vectorizer runs and stays scalar, while 64
 or more lanes, or a body with an exp in it, are vectorized. With ``exp_inline`` the exp is recomputed where it is
@@ -44,7 +44,7 @@ limited to.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -53,10 +53,11 @@ from tuner import te
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
 from tuner.target import Target
-from tuner.te import Expr, Tensor
+from tuner.te import Tensor
 
 from ._cuda import is_gpu
 from ._cuda import rows as gpu
+from ._rows_define import SoftmaxStages
 from ._target import resolve
 
 __all__ = [
@@ -65,177 +66,18 @@ __all__ = [
     "default_config",
     "define",
     "flops",
-    "lane_reduce",
     "log_reference",
     "reference",
     "row_schedule",
     "schedule",
 ]
 
-_REDUCERS = {"sum": te.sum, "max": te.max}
-
-
-def lane_reduce(
-    combiner: str | te.CommReducer,
-    source: Callable[[Any, Any], Any],
-    M: int,
-    N: int,
-    lanes: int,
-    name: str,
-) -> tuple[Tensor, Tensor]:
-    """Reduce ``source(i, j)`` over ``j < N`` through ``lanes`` partial results per row.
-
-    ``name_part[i, l]`` combines ``source(i, start(k) + l)`` over the chunks
-    ``k < ceil(N / lanes)``, and ``name[i]`` combines the partials. When
-    ``lanes`` does not divide ``N``, the last chunk starts at ``N - lanes``
-    and overlaps the one before: a max may see an element twice, a sum
-    multiplies the elements seen before by 0. So only the partials read the
-    source (an operator may compute it inside them), and every chunk is one
-    contiguous run of ``lanes`` elements. Needs ``1 <= lanes <= N``.
-
-    A tuple reducer (``te.comm_reducer``) whose values are all sums takes a
-    ``source`` that gives a tuple: the partials and the total then have its
-    values' axis last, and the total merges the partials' tuples.
-    """
-    if isinstance(combiner, te.CommReducer):
-        return _tuple_lane_sums(combiner, source, M, N, lanes, name)
-    reduce = _REDUCERS[combiner]
-    if isinstance(N, te.Var) and N.lo < lanes:
-        # A symbolic row as short as N.lo: fewer lanes keep every chunk inside the row.
-        lanes = 1 << (N.lo.bit_length() - 1)
-    k = te.reduce_axis(-(-N // lanes), name=f"{name}_k")
-
-    def element(i: Any, lane: Any) -> Expr:
-        if isinstance(N, int) and N % lanes == 0:
-            return source(i, k * lanes + lane)
-        if not isinstance(N, int | te.Var):  # a row length of unknown least value
-            return _any_length(i, lane)
-        start, fresh = _last_chunk(k, lane, lanes, N)
-        value = source(i, start + lane)
-        if combiner == "sum":
-            value = value * fresh.astype(value.dtype)
-        return value
-
-    def _any_length(i: Any, lane: Any) -> Expr:
-        """Chunk ``k``'s lane for a row of any length: past the end it reads the last element
-        again (a max does not mind) and a sum counts it as 0."""
-        j = k * lanes + lane
-        value = source(i, te.minimum(j, N - 1))
-        if combiner == "sum":
-            value = value * te.if_then_else(j < N, 1.0, 0.0).astype(value.dtype)
-        return value
-
-    part = te.compute(
-        (M, lanes), lambda i, lane: reduce(element(i, lane), axis=k), name=f"{name}_part"
-    )
-    combine = te.maximum if combiner == "max" else _add
-    total = te.compute(
-        (M,), lambda i: _fold(combine, [part[i, n] for n in range(lanes)]), name=name
-    )
-    return part, total
-
-
-def _add(a: Expr, b: Expr) -> Expr:
-    return a + b
-
-
-def _fold(combine: Callable[[Expr, Expr], Expr], values: list[Expr]) -> Expr:
-    """``values`` combined as a balanced tree, pairs of neighbours first.
-
-    How a row's partial results become its total. A reduction over the lanes
-    is one serial chain (LLVM keeps the order of a float max or sum), 64
-    dependent scalar steps of 4 cycles for 64 lanes, once per row: with the
-    lanes' own vector work at a few cycles per element, the folds of max and
-    sum took about a fifth of a softmax row of 1024. The tree's depth is
-    ``log2(lanes)``, and each level's operations are independent (the SLP
-    vectorizer packs the wide ones).
-    """
-    while len(values) > 1:
-        pairs = [combine(a, b) for a, b in zip(values[::2], values[1::2], strict=False)]
-        values = pairs + values[len(pairs) * 2 :]
-    return values[0]
-
-
-def _last_chunk(k: Any, lane: Any, lanes: int, N: Any) -> tuple[Expr, Expr]:
-    """Where chunk ``k`` starts (the last one at ``N - lanes``, overlapping the one before)
-    and 1 where ``lane`` is an element no earlier chunk saw, else 0 (a sum's mask)."""
-    start = te.minimum(k * lanes, N - lanes)
-    return start, te.if_then_else(start + lane >= k * lanes, 1.0, 0.0)
-
-
-def _tuple_lane_sums(
-    reducer: te.CommReducer,
-    source: Callable[[Any, Any], tuple[Expr, ...]],
-    M: int,
-    N: int,
-    lanes: int,
-    name: str,
-) -> tuple[Tensor, Tensor]:
-    """``lane_reduce`` for a tuple reducer of sums (overlapping chunks count as 0)."""
-    if not isinstance(N, int):
-        raise TypeError(f"{name}: a tuple of lane sums needs a constant row length")
-    k = te.reduce_axis(-(-N // lanes), name=f"{name}_k")
-
-    def element(i: Any, lane: Any) -> tuple[Expr, ...]:
-        if N % lanes == 0:
-            return tuple(source(i, k * lanes + lane))
-        start, fresh = _last_chunk(k, lane, lanes, N)
-        return tuple(v * fresh.astype(v.dtype) for v in source(i, start + lane))
-
-    part = te.compute(
-        (M, lanes), lambda i, lane: reducer(element(i, lane), axis=k), name=f"{name}_part"
-    )
-    n = int(part.shape[-1].value)  # type: ignore[attr-defined]
-    total = te.compute(
-        (M, n), lambda i, v: _fold(_add, [part[i, lane, v] for lane in range(lanes)]), name=name
-    )
-    return part, total
-
-
-class _Stages:
-    """The tensors of one (log-)softmax, in dependency order.
-
-    With ``stored_exp`` the exp is a stage of its own; without, the sum and
-    the output compute ``exp(X - X_max)`` themselves, so they read the max
-    directly and it can sit at their row (an inlined stage would hide it).
-    """
-
-    def __init__(
-        self, M: int, N: int, lanes: int, log: bool, stored_exp: bool, dtype: str = "float32"
-    ):
-        X = te.placeholder((M, N), dtype, name="X")
-        self.X = X
-        self.max_part, self.max = lane_reduce("max", lambda i, j: X[i, j], M, N, lanes, "X_max")
-        X_max = self.max
-
-        def exp(i: Any, j: Any) -> Expr:
-            return te.exp(X[i, j] - X_max[i])
-
-        self.exp: Tensor | None = None
-        if stored_exp:
-            X_exp = te.compute((M, N), exp, name="X_exp")
-            self.exp = X_exp
-
-            def exp(i: Any, j: Any) -> Expr:
-                return X_exp[i, j]
-
-        self.sum_part, self.sum = lane_reduce("sum", exp, M, N, lanes, "X_sum")
-        X_sum = self.sum
-        self.lse: Tensor | None = None
-        if log:
-            lse = te.compute((M,), lambda i: X_max[i] + te.log(X_sum[i]), name="X_lse")
-            self.lse = lse
-            self.Y = te.compute((M, N), lambda i, j: X[i, j] - lse[i], name="Y")
-        else:
-            one = te.const(1.0, dtype)
-            self.Y = te.compute((M, N), lambda i, j: exp(i, j) * (one / X_sum[i]), name="Y")
-
 
 def define(
     M: int, N: int, dtype: str = "float32", lanes: int = 1, log: bool = False
 ) -> tuple[Tensor, Tensor]:
     """The input ``X`` and the output ``Y`` (log-softmax with ``log``)."""
-    st = _Stages(M, N, lanes, log, True, dtype)
+    st = SoftmaxStages(M, N, lanes, log, True, dtype)
     return st.X, st.Y
 
 
@@ -378,7 +220,7 @@ def schedule(
     the output's row. Log-softmax: the log-sum at the output's row, the max
     and the sum at its row, a stored exp at the row of the sum's partials.
     """
-    st = _Stages(M, N, int(cfg["lanes"]), log, not cfg["exp_inline"], dtype)
+    st = SoftmaxStages(M, N, int(cfg["lanes"]), log, not cfg["exp_inline"], dtype)
     s = te.create_schedule(st.Y)
     attach: list[tuple[Tensor, Tensor | None]]
     if st.lse is None:

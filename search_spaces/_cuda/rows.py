@@ -32,6 +32,7 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
+from .._rows_define import LayerNormStages, SoftmaxStages
 from . import threads_per_block
 
 __all__ = [
@@ -86,10 +87,8 @@ def softmax_schedule(
     cfg: Mapping[str, Any], M: int, N: int, dtype: str = "float32", log: bool = False
 ) -> tuple[Schedule, list[Tensor]]:
     """Softmax (log-softmax with ``log``), one block of ``threads`` threads per row."""
-    from ..softmax import _Stages  # the operator's module imports this one
-
     threads = int(cfg["threads"])
-    st = _Stages(M, N, threads, log, False, dtype)
+    st = SoftmaxStages(M, N, threads, log, False, dtype)
     s = te.create_schedule(st.Y)
     if st.lse is None:
         attach = [(st.max, st.Y), (st.sum, st.Y)]
@@ -104,10 +103,8 @@ def layer_norm_schedule(
 ) -> tuple[Schedule, list[Tensor]]:
     """Layer norm, one block of ``threads`` threads per row: the mean's partial sums, then the
     centred squares' partial sums, each through shared memory."""
-    from ..norm import _LayerNorm  # the operator's module imports this one
-
     threads = int(cfg["threads"])
-    ln = _LayerNorm(M, N, threads, eps, dtype)
+    ln = LayerNormStages(M, N, threads, eps, dtype)
     s = te.create_schedule(ln.Y)
     attach = [(ln.sum, ln.mean), (ln.mean, ln.Y), (ln.sq, ln.rstd), (ln.rstd, ln.Y)]
     block_per_row(s, ln.Y, threads, attach, [(ln.sum_part, ln.sum), (ln.sq_part, ln.sq)])

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import tuner
 from search_spaces import OperatorError, get_operator, softmax
+from search_spaces._rows_define import lane_reduce
 
 from .targets import AVX2
 
@@ -93,7 +94,7 @@ def test_space_rejects_bad_configs() -> None:
 def test_lane_reduce_reads_the_source_only_in_the_partials() -> None:
     """The total combines partials only, so a stage read by the sum can sit at its partials."""
     x = softmax.te.placeholder((4, 45), "float32", name="X")
-    part, total = softmax.lane_reduce("sum", lambda i, j: x[i, j], 4, 45, 16, "S")
+    part, total = lane_reduce("sum", lambda i, j: x[i, j], 4, 45, 16, "S")
     assert part.shape_ints == (4, 16) and total.shape_ints == (4,)
     assert "X" not in str(total.op.body)
 
