@@ -235,7 +235,8 @@ def measure_one(
 ) -> None:
     """Build the best record of ``row``'s workload, check every side, time them interleaved."""
     from search_spaces import get_operator
-    from tuner.compile import UntunedWorkloadWarning, build_op
+    from tuner.compile import UntunedWorkloadWarning
+    from tuner.op import build_op
 
     w = row.workload
     op = get_operator(w.op)

@@ -155,7 +155,8 @@ def time_workload(
 ) -> dict[str, Any]:
     """Build, verify and time the tuned and default kernels and every peer of one workload."""
     from tuner import Target
-    from tuner.compile import BestRecords, UntunedWorkloadWarning, build_op
+    from tuner.compile import BestRecords, UntunedWorkloadWarning
+    from tuner.op import build_op
 
     op_name, raw = parse_spec(spec)
     op = get_operator(op_name)

@@ -44,7 +44,7 @@ __version__ = "0.1.0"
 
 # The compile-time entry points sit on top of records/ and search_spaces/, which
 # build on this package's core; loading them lazily keeps imports one-way.
-_DRIVER = {"OpKernel", "RecordChoiceWarning", "UntunedWorkloadWarning", "apply_best", "build_op"}
+_DRIVER = {"OpKernel", "RecordChoiceWarning", "UntunedWorkloadWarning", "apply_best"}
 
 
 def __getattr__(name: str) -> object:
@@ -52,6 +52,10 @@ def __getattr__(name: str) -> object:
         from . import compile as _compile
 
         return getattr(_compile, name)
+    if name == "build_op":
+        from .op import build_op
+
+        return build_op
     if name == "compile_model":
         from .model import compile_model
 

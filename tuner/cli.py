@@ -180,9 +180,10 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
     from search_spaces import get_operator
 
-    from .compile import BestRecords, build_op
+    from .compile import BestRecords
     from .lower.lower import lower
     from .measure.interleave import interleaved, medians
+    from .op import build_op
 
     console = Console()
     template = get_operator(ns.op)

@@ -9,7 +9,8 @@ with no record on this target gets its template's default schedule and one
 warning that names it. Each build takes the record timed at its own thread
 count on this machine where there is one (others with a warning), and a
 record whose template changed since is rebuilt from its stored schedule
-trace. Kernels come from the on-disk cache when built before.
+trace. Kernels come from the on-disk cache when built before. ``build_op``
+(``tuner.op``) is the entry point above this module and ``tuner.dynamic``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from .schedule import Schedule, ScheduleError
 from .space import ConfigError
 from .target import Target
 from .task import Task
-from .te import Tensor, Var
+from .te import Tensor
 from .workload import Workload
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "RecordChoiceWarning",
     "UntunedWorkloadWarning",
     "apply_best",
-    "build_op",
     "build_task",
 ]
 
@@ -140,47 +140,10 @@ class OpKernel:
         return out
 
 
-def build_op(
-    op: str,
-    target: str | Target = "cpu",
-    records: BestRecords | None = None,
-    dynamic: str | None = None,
-    buckets: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
-    at: Mapping[str, int] | None = None,
-    **args: Any,
-) -> Any:
-    """Build operator ``op`` for ``args`` with the best record in scope (or its default).
-
-    A dimension given as a symbol (``M=te.var("M", max=4096)``) makes the
-    result a ``tuner.dynamic.DynamicOpKernel`` that serves every value of it,
-    by ``dynamic``: ``"specialize"`` (the default: a kernel per shape, on first
-    sight), ``"generic"`` (one kernel for all; its config is the record of the
-    shape ``at``) or ``"bucket"`` (a kernel per bucket of ``buckets``, inputs
-    padded).
-
-    The record is the one measured at the thread count ``target`` runs with
-    on this machine, else the nearest (see ``records.best_match``), with a
-    ``RecordChoiceWarning`` for a near miss. A record whose template space
-    changed since it was measured is rebuilt from its schedule trace.
-
-    >>> f = build_op("matmul", target=Target.from_name("cpu", num_threads=1), M=64, N=64, K=64)
-    >>> f.record.target.threads
-    1
-    """
-    tgt = Target.from_name(target) if isinstance(target, str) else target
-    if any(isinstance(v, Var) for v in args.values()):
-        from .dynamic import DynamicOpKernel
-
-        return DynamicOpKernel(op, args, tgt, dynamic or "specialize", records, buckets, at)
-    if dynamic is not None:
-        raise ValueError(f"dynamic={dynamic!r} needs a dimension given as a symbol (te.var)")
-    return build_task(Task.make(op, args, tgt), records)
-
-
 def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
     """Build ``task`` with its best record in ``records`` (or in scope), else its default.
 
-    What ``build_op`` does once the task is made; a model's kernels are built
+    What ``tuner.op.build_op`` does once the task is made; a model's kernels are built
     here, one per task.
     """
     tgt = task.target
