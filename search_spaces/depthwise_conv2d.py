@@ -43,6 +43,8 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, Param, register_operator
+from ._conv_define import stages
+from ._conv_params import Conv2d
 from ._cuda import conv2d as gpu
 from ._cuda import is_gpu
 from ._epilogue import NONE, PARAM_DOC
@@ -51,11 +53,9 @@ from ._target import resolve
 from .conv2d import (
     IMAGE_PARAMS,
     WINDOW_PARAMS,
-    Conv2d,
     bytes_moved,
     flops,
     reference_from_args,
-    stages,
     vectors,
 )
 
