@@ -297,6 +297,6 @@ def main(argv: list[str] | None = None) -> int:
         why = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"tuner: {why}; the log keeps every measurement made so far", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
-    except (ValueError, TypeError, OSError, ImportError) as exc:
+    except (ValueError, OSError, ImportError) as exc:  # a TypeError is a bug: its traceback
         print(f"tuner: error: {exc}", file=sys.stderr)
         return 1

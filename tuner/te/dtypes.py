@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-__all__ = ["DTYPES", "check_dtype", "is_float", "is_int", "numpy_dtype", "promote"]
+__all__ = ["DTYPES", "check_dtype", "is_float", "is_int", "promote"]
 
 # Ordered from narrow to wide: promotion picks the later of two.
 #: uint8 holds the unsigned operand of an int8 dot product (``tuner.schedule.intrin``).
@@ -29,7 +27,3 @@ def is_int(dtype: str) -> bool:
 def promote(a: str, b: str) -> str:
     """The dtype of a binary operation on ``a`` and ``b``: the wider of the two."""
     return a if DTYPES.index(a) >= DTYPES.index(b) else b
-
-
-def numpy_dtype(dtype: str) -> np.dtype:
-    return np.dtype(dtype)

@@ -40,10 +40,6 @@ def _numba_type(dtype: str) -> str:
     return "numba.boolean" if dtype == "bool" else f"numba.{dtype}"
 
 
-def _np_type(dtype: str) -> str:
-    return "np.bool_" if dtype == "bool" else f"np.{dtype}"
-
-
 class CudaRenderer(NumbaSourceRenderer):
     """One kernel's body; ``declared`` collects the buffers it allocates (name -> buffer)."""
 
