@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from search_spaces import matmul
+from tuner.measure.interleave import interleaved
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -86,14 +87,8 @@ def worker(n: int, threads: int, rounds: int, variants: list[str]) -> list[dict[
         if err > 1e-4:
             raise SystemExit(f"{name}: wrong result (relative error {err:.2e})")
         fns[name] = lambda kern=kern, c=c: kern(a, b, c)
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            reps = 1 if name == "naive" else 3
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / reps)
+    # Each side in a block after a rest and a warm-up, the order rotating by round.
+    samples = interleaved(fns, rounds)
     flops = 2.0 * n**3
     np_med = statistics.median(samples["numpy"])
     rows = []
@@ -125,19 +120,23 @@ def _spin(seconds: float) -> float:
 def thread_env(threads: int) -> dict[str, str]:
     """The environment of a timing process with ``threads`` threads in every pool (BLAS, OpenMP, Numba).
 
-    OpenMP keeps its default wait policy, the one users run with: a short spin,
+    OpenBLAS picks its own kernels and cache sizes (``OPENBLAS_CORETYPE`` and
+    ``OPENBLAS_L2_SIZE`` unset). OpenMP keeps its default wait policy, the one users run with: a short spin,
     then sleep. ``OMP_WAIT_POLICY=passive`` (sleep at once, what the tuning
     runner sets, since it shares the cores with build processes) slowed every
     OpenMP user in the timing process: prange kernels and PyTorch alike
     (conv2d 3x3 1.96 against 1.63 ms on two threads). The rests between timed
     blocks (``tuner.measure.interleave``) outlast the default spin.
     """
-    return dict(
+    env = dict(
         os.environ,
         OPENBLAS_NUM_THREADS=str(threads),
         OMP_NUM_THREADS=str(threads),
         NUMBA_NUM_THREADS=str(threads),
     )
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # NumPy at its best: its own choice
+        env.pop(name, None)
+    return env
 
 
 def cpus_available(seconds: float = 0.5) -> float:
