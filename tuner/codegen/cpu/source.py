@@ -107,8 +107,15 @@ class NumbaRenderer(NumbaSourceRenderer):
             raise ScheduleError(
                 f"loop {s.var} is bound to {s.kind}, which the cpu target does not have; remove the bind"
             )
-        if s.kind == "unroll" and isinstance(s.extent, Const):
-            for k in range(int(s.extent.value)):
+        # A loop that runs once is its body at 0: an edge tile's extent such as
+        # ``52 - 64*k_o`` under ``for k_o in range(1)`` becomes the constant 52, which the
+        # vectorizers take (a 1x1 convolution of a 1x1 image, 440 -> 52 channels, ran its
+        # only tile scalar: 17 us).
+        trips = s.extent
+        if isinstance(trips, Const) and (
+            s.kind == "unroll" or (s.kind == "serial" and int(trips.value) == 1)
+        ):
+            for k in range(int(trips.value)):
                 self.visit(substitute_stmt(s.body, binds(s.var, Const(k)), simplify))
             return
         if self.stage_vectors and self._chunk(s):
