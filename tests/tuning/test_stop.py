@@ -14,7 +14,7 @@ import pytest
 from records import load
 from tuner.measure import MeasureOptions, Measurer, Terminated
 
-from .workers import alive, children, lines, start_worker, wait_for
+from .workers import alive, children, lines, stacks, start_worker, wait_for
 
 
 @pytest.mark.slow
@@ -48,7 +48,12 @@ def test_ctrl_c_in_a_terminal_stops_every_process_without_a_traceback(tmp_path: 
         wait_for(lambda: lines(log) >= 2, 120, "the first measurements")
         kids = children(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"the tuner did not stop within 60 s of Ctrl-C; where it was:\n{stacks(proc)}"
+            )
     finally:
         proc.kill()
     assert proc.returncode == 130, err

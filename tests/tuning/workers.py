@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ def start_worker(
     With ``group``, it leads a process group of its own, as a terminal's foreground job does.
     """
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env["PYTHONFAULTHANDLER"] = "1"  # a stuck worker can be made to print its stacks (stacks())
     argv = [sys.executable, "-m", "tuner", "tune", *workload, "--log", str(log)]
     argv += ["--jobs", "1", "--retime", "0", "--no-baseline", *flags]
     return subprocess.Popen(
@@ -71,3 +73,14 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def stacks(proc: subprocess.Popen[str]) -> str:
+    """Every thread's Python stack of a worker that did not stop, and its stderr so far:
+    SIGABRT makes its fault handler (``PYTHONFAULTHANDLER``) print them, then it dies."""
+    proc.send_signal(signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        return "(no stacks: the worker did not die on SIGABRT either)"
+    return err
