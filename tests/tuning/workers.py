@@ -25,7 +25,13 @@ def start_worker(
     """
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env["PYTHONFAULTHANDLER"] = "1"  # a stuck worker can be made to print its stacks (stacks())
-    argv = [sys.executable, "-m", "tuner", "tune", *workload, "--log", str(log)]
+    # Ctrl-C at its default, as in a terminal's job: a process inherits an ignored SIGINT,
+    # and a test that ran the runner's loop in this process may have left it ignored.
+    start = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('tuner', run_name='__main__', alter_sys=True)"
+    )
+    argv = [sys.executable, "-c", start, "tune", *workload, "--log", str(log)]
     argv += ["--jobs", "1", "--retime", "0", "--no-baseline", *flags]
     return subprocess.Popen(
         argv,
