@@ -4,7 +4,7 @@
     python experiments/bench_cuda.py --smoke     # tiny sizes; Numba's simulator without a GPU
 
 For ``--target cuda`` it tunes four workloads with a small budget each (the
-project's ``tuner.tune.tune``, every measurement appended to ``--log``):
+project's ``tuner.tuning.tune.tune``, every measurement appended to ``--log``):
 matmul 4096^3 float32, conv2d 3x3 (N=8 C=256 H=W=28 K=256, pad 1), softmax
 8192x4096 and layer norm 8192x4096. ``--budget`` bounds the whole run: the
 tuning of each workload stops at its trial budget or at its share of the
@@ -201,7 +201,7 @@ def check(name: str, got: np.ndarray, ref: np.ndarray) -> str | None:
 
 def tune_one(w: Workload, ns: argparse.Namespace, time_limit: float, jobs: int) -> Row:
     from tuner.measure import MeasureOptions
-    from tuner.tune import TuneOptions, tune
+    from tuner.tuning.tune import TuneOptions, tune
 
     measure = MeasureOptions(jobs=jobs)
     if ns.smoke:
@@ -235,8 +235,8 @@ def measure_one(
 ) -> None:
     """Build the best record of ``row``'s workload, check every side, time them interleaved."""
     from search_spaces import get_operator
-    from tuner.compile import UntunedWorkloadWarning
-    from tuner.op import build_op
+    from tuner.kernels import UntunedWorkloadWarning
+    from tuner.kernels.op import build_op
 
     w = row.workload
     op = get_operator(w.op)
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.strategy == "xgb" and importlib.util.find_spec("xgboost") is None:
         print("bench_cuda: xgboost is not installed: searching with --strategy random instead")
         ns.strategy = "random"
-    from tuner.compile import apply_best
+    from tuner.kernels import apply_best
     from tuner.target import Target, TargetError
 
     try:

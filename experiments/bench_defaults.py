@@ -163,7 +163,7 @@ def _peer(task: Task, inputs: list[np.ndarray], threads: int) -> tuple[str, Call
 
 def time_task(task: Task, rounds: int, min_sample: float) -> dict[str, Any]:
     """Build ``task``'s default, check it against the reference, and time it beside its peer."""
-    from tuner.compile import build_task
+    from tuner.kernels import build_task
 
     op = task.operator
     inputs = op.make_inputs(task.args, target=task.target)

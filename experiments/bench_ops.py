@@ -155,8 +155,8 @@ def time_workload(
 ) -> dict[str, Any]:
     """Build, verify and time the tuned and default kernels and every peer of one workload."""
     from tuner import Target
-    from tuner.compile import BestRecords, UntunedWorkloadWarning
-    from tuner.op import build_op
+    from tuner.kernels import BestRecords, UntunedWorkloadWarning
+    from tuner.kernels.op import build_op
 
     op_name, raw = parse_spec(spec)
     op = get_operator(op_name)
@@ -333,7 +333,7 @@ def tune_all(
 ) -> None:
     """Tune each workload up to ``trials`` of this machine's records in ``log`` (or for
     ``time_limit`` seconds, whichever ends first); add the wall time to ``times``."""
-    from tuner.tune import TuneOptions, tune
+    from tuner.tuning.tune import TuneOptions, tune
 
     spent = json.loads(times.read_text()) if times.exists() else {}
     for label, spec in items:

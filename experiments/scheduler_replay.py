@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from records import Record, load  # noqa: E402
 from records.log import RETIME  # noqa: E402
-from tuner.scheduler import Scheduler, TaskInfo, get_scheduler, replay  # noqa: E402
-from tuner.tune_model import PATIENCE  # noqa: E402
+from tuner.tuning.scheduler import Scheduler, TaskInfo, get_scheduler, replay  # noqa: E402
+from tuner.tuning.tune_model import PATIENCE  # noqa: E402
 
 LOGS = (ROOT / "experiments/logs/bench_ops_200.jsonl", ROOT / "experiments/logs/bench_ops_32.jsonl")
 BAR = 0.70

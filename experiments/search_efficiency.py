@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from records import load  # noqa: E402
 from tuner.measure import ReplayMeasurer  # noqa: E402
-from tuner.tune import TuneOptions, tune  # noqa: E402
+from tuner.tuning.tune import TuneOptions, tune  # noqa: E402
 
 OUT = ROOT / "experiments" / "out"
 

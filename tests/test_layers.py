@@ -89,8 +89,8 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
 PACKAGES = ("tuner", "search_spaces", "cost_models", "records")
 #: The compiler core: expressions, the schedule language, lowering, code generation, the
 #: knob spaces, the operator graph, targets and workloads. It imports only itself; all
-#: else (compile, dynamic, op, model, task, tune*, scheduler, search, measure, cli*,
-#: search_spaces, cost_models, records) builds on it.
+#: else (build, model, task, tuning, search, measure, cli, search_spaces, cost_models,
+#: records) builds on it.
 CORE = (
     "tuner.te",
     "tuner.schedule",

@@ -44,18 +44,14 @@ __version__ = "0.1.0"
 
 # The compile-time entry points sit on top of records/ and search_spaces/, which
 # build on this package's core; loading them lazily keeps imports one-way.
-_DRIVER = {"OpKernel", "RecordChoiceWarning", "UntunedWorkloadWarning", "apply_best"}
+_BUILD = {"OpKernel", "RecordChoiceWarning", "UntunedWorkloadWarning", "apply_best", "build_op"}
 
 
 def __getattr__(name: str) -> object:
-    if name in _DRIVER:
-        from . import compile as _compile
+    if name in _BUILD:
+        from . import kernels as _kernels
 
-        return getattr(_compile, name)
-    if name == "build_op":
-        from .op import build_op
-
-        return build_op
+        return getattr(_kernels, name)
     if name == "compile_model":
         from .model import compile_model
 

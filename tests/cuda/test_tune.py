@@ -15,10 +15,10 @@ from records import ErrorKind, load
 from search_spaces import get_operator
 from tuner.cli import main
 from tuner.codegen import LaunchError
-from tuner.compile import apply_best
+from tuner.kernels import apply_best
+from tuner.kernels.op import build_op
 from tuner.measure import Candidate, MeasureOptions
 from tuner.measure import _child as child
-from tuner.op import build_op
 from tuner.target import Target
 
 QUICK = MeasureOptions(samples=2, passes=1, min_sample_seconds=0.0)

@@ -223,7 +223,7 @@ def test_untuned_tasks_get_one_warning_that_counts_them(rng, tmp_path):
 
 @pytest.mark.slow
 def test_a_tuned_task_takes_its_record_and_the_rest_are_counted(rng, tmp_path):
-    from tuner.tune import TuneOptions, tune
+    from tuner.tuning.tune import TuneOptions, tune
 
     model = residual_block(rng)
     with warnings.catch_warnings():

@@ -106,7 +106,7 @@ def test_best_and_show_tell_thread_counts_apart(capsys, monkeypatch) -> None:  #
 @pytest.mark.parametrize("command", [["tune", "matmul", "M=8"], ["tune-model", "m.onnx"]])
 def test_tune_and_tune_model_take_the_same_search_flags(command: list[str]) -> None:
     from tuner.cli import _parser
-    from tuner.cli_options import tune_options
+    from tuner.cli.options import tune_options
 
     flags = ["--claim-timeout", "5", "--retime", "0", "--jobs", "1", "--batch", "4"]
     flags += ["--storage", "journal:x.log", "--early-stopping", "9", "--time-limit", "30"]

@@ -21,7 +21,7 @@ import pytest
 
 from records import ErrorKind, LogWriter, load, merge
 from tuner.cli import main
-from tuner.compile import BestRecords
+from tuner.kernels import BestRecords
 from tuner.measure import MeasureResult
 from tuner.search import get_strategy
 from tuner.target import Target

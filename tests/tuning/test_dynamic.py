@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tuner
 from tuner import te
-from tuner.dynamic import MODES, buckets_for
+from tuner.kernels.dynamic import MODES, buckets_for
 
 RNG = np.random.default_rng(0)
 SHAPES = [(1, 1), (7, 13), (31, 64), (65, 97), (7, 13)]
@@ -144,3 +144,32 @@ def test_a_generic_kernel_takes_the_record_of_its_representative_shape(tmp_path)
     x = (RNG.random((5, 200)) * 8 - 4).astype(np.float32)
     np.testing.assert_allclose(f(x), softmax_ref(x), rtol=1e-5, atol=1e-6)
     assert f.kernel_for(f.values([x])).record is f.record
+
+
+def test_a_generic_kernel_and_a_model_kernel_resolve_records_as_build_op_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One resolver: with no record of the representative shape, the generic kernel takes the
+    nearest tuned shape's (and says so), as a constant shape's ``build_op`` does."""
+    from records import LogWriter, Record
+    from tuner.kernels import RecordChoiceWarning, resolve
+    from tuner.target import Target
+    from tuner.task import Task
+
+    target = Target.from_name("cpu")
+    tuned = Task.make("softmax", {"M": 32, "N": 16}, target)  # near the middle (16, 16)
+    config = {**tuned.default_config(), "lanes": 4}
+    with LogWriter(tmp_path / "t.jsonl") as log:
+        log.write(Record.make(tuned.workload, target, config, samples=(1e-6,), trial=3))
+    middle = Task.make("softmax", {"M": 16, "N": 16}, target)
+    with tuner.apply_best(tmp_path / "t.jsonl"):
+        choice = resolve(middle, replay=False)
+        with pytest.warns(RecordChoiceWarning, match=r"none of this shape; .* softmax\(M=32"):
+            f = tuner.build_op(
+                "softmax", M=te.var("M", max=256), N=te.var("N", max=256), dynamic="generic"
+            )
+        with pytest.warns(RecordChoiceWarning, match="none of this shape"):
+            g = tuner.build_op("softmax", M=16, N=16)
+    assert choice.how == "nearest" and choice.record is not None and choice.record.trial == 3
+    assert f.config == g.config == choice.config and f.config["lanes"] == 4
+    assert resolve(middle).how == "default" and not resolve(middle).notes  # no logs in scope
+    x = (RNG.random((9, 31)) * 8 - 4).astype(np.float32)
+    np.testing.assert_allclose(f(x), softmax_ref(x), rtol=1e-5, atol=1e-6)

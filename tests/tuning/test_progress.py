@@ -8,9 +8,9 @@ from pathlib import Path
 from rich.console import Console
 
 from records import Record
-from tuner.progress import TuneDisplay
+from tuner.cli.progress import TuneDisplay
 from tuner.target import Target
-from tuner.tune import TuneProgress, TuneResult
+from tuner.tuning.tune import TuneProgress, TuneResult
 from tuner.workload import Workload
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from records import load
 from records.log import RETIME
-from tuner.scheduler import (
+from tuner.tuning.scheduler import (
     GradientScheduler,
     SchedulerError,
     TaskInfo,

@@ -16,7 +16,7 @@ from tuner.schedule import Schedule
 from tuner.search import get_strategy
 from tuner.target import Target
 from tuner.task import Task, TaskTuner
-from tuner.tune import TuneOptions, tune
+from tuner.tuning.tune import TuneOptions, tune
 
 from . import faulty_ops  # noqa: F401  (registers t_double: one knob, split in {1, 2, 4})
 from .test_tune import MEASURE

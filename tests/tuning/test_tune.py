@@ -8,7 +8,7 @@ import pytest
 
 from records import RecordsWarning, load
 from tuner.measure import MeasureOptions, ReplayMeasurer
-from tuner.tune import TuneOptions, tune
+from tuner.tuning.tune import TuneOptions, tune
 
 from . import faulty_ops  # noqa: F401
 

@@ -21,11 +21,11 @@ from tests.models import builders  # noqa: E402
 from tuner.cli import main  # noqa: E402
 from tuner.measure import Candidate, MeasureResult  # noqa: E402
 from tuner.search import get_strategy  # noqa: E402
-from tuner.shared_model import SharedCostModel, share_cost_model  # noqa: E402
 from tuner.target import Target  # noqa: E402
 from tuner.task import TaskTuner  # noqa: E402
-from tuner.tune import TuneOptions  # noqa: E402
-from tuner.tune_model import model_tasks, trials_in_log, tune_model  # noqa: E402
+from tuner.tuning.shared_model import SharedCostModel, share_cost_model  # noqa: E402
+from tuner.tuning.tune import TuneOptions  # noqa: E402
+from tuner.tuning.tune_model import model_tasks, trials_in_log, tune_model  # noqa: E402
 
 ONE = Target.from_name("cpu", num_threads=1)
 
@@ -188,9 +188,9 @@ def test_a_task_with_no_measurement_of_its_own_starts_ranked_by_the_shared_model
 def test_the_command_tunes_a_model_and_prints_the_table(
     mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tuner.tune_model
+    import tuner.tuning.tune_model
 
-    monkeypatch.setattr(tuner.tune_model, "Measurer", lambda *a, **kw: Simulated())
+    monkeypatch.setattr(tuner.tuning.tune_model, "Measurer", lambda *a, **kw: Simulated())
     monkeypatch.setenv("COLUMNS", "200")  # a table as wide as it wants
     log = tmp_path / "tune.jsonl"
     argv = ["tune-model", str(mlp), "--trials", "12", "--log", str(log), "--threads", "1"]
@@ -204,9 +204,11 @@ def test_the_command_tunes_a_model_and_prints_the_table(
 def test_ctrl_c_in_the_command_keeps_the_log(
     mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tuner.tune_model
+    import tuner.tuning.tune_model
 
-    monkeypatch.setattr(tuner.tune_model, "Measurer", lambda *a, **kw: Simulated(stop_after=9))
+    monkeypatch.setattr(
+        tuner.tuning.tune_model, "Measurer", lambda *a, **kw: Simulated(stop_after=9)
+    )
     log = tmp_path / "tune.jsonl"
     argv = ["tune-model", str(mlp), "--trials", "40", "--log", str(log), "--strategy", "random"]
     assert main([*argv, "--batch", "4", "--threads", "1"]) == 130
@@ -247,7 +249,7 @@ def test_the_command_end_to_end_with_real_measurements(
 
 def test_shapes_tuned_in_one_run_teach_one_cost_model(tmp_path: Path) -> None:
     # What `tuner tune softmax M=4,6 N=8` does: one measurer, one shared model.
-    from tuner.tune import tune
+    from tuner.tuning.tune import tune
 
     shared, measurer = SharedCostModel("xgb", seed=0), Simulated()
     log = tmp_path / "t.jsonl"

@@ -13,7 +13,7 @@ probes and checked at every shape served. Each such product becomes one
 symbolic extent of the kernel (``te.var`` with the bounds the symbols'
 bounds give), so identical layers share one kernel.
 
-The kernels come from the templates' symbolic schedules (``tuner.dynamic``:
+The kernels come from the templates' symbolic schedules (``tuner.kernels.dynamic``:
 dense, matmul, batch_matmul, softmax, layer norm...) and from the generic
 ``fused`` operator over the group with symbolic shapes (transposes,
 elementwise chains). A task whose lowering needs constant extents (a reshape
@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..compile import BestRecords, OpKernel, RecordChoiceWarning, records_in_scope
 from ..graph.canonical import decode
 from ..graph.ir import Graph, GraphError, Value
+from ..kernels import BestRecords, OpKernel, RecordChoiceWarning, resolve
 from ..target import Target
 from ..task import Task
 from ..te import Var
@@ -262,7 +262,7 @@ class GenericKernels:
         return sym, key, products
 
     def _build_template(self, task: Task, args: dict[str, Any], spec: KernelSpec) -> OpKernel:
-        from ..dynamic import DynamicOpKernel
+        from ..kernels.dynamic import DynamicOpKernel
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -313,18 +313,10 @@ class GenericKernels:
 
 
 def _config_for(task: Task, records: BestRecords | None) -> tuple[dict[str, Any], Any]:
-    """The best record's config for ``task`` (validated), else its default."""
-    from ..space import ConfigError
-
-    chosen = records_in_scope(records)
-    if chosen is not None:
-        record = chosen.match(task.workload, task.target).record
-        if record is not None:
-            try:
-                return task.space.validate(record.config).to_json(), record
-            except ConfigError:
-                pass
-    return task.space.validate(task.default_config()).to_json(), None
+    """The config ``resolve`` chooses for ``task`` (knobs only: the kernel is shape-generic)."""
+    choice = resolve(task, records, replay=False)
+    choice.warn(stacklevel=5)
+    return choice.config, choice.record
 
 
 def _check_aligned(a: Lowered, b: Lowered, where: str) -> None:

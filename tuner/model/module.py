@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from ..codegen.backend import check_output
-from ..compile import BestRecords, RecordChoiceWarning
-from ..dynamic import MODES, buckets_for
 from ..graph.ir import Graph, GraphError, Value
+from ..kernels import BestRecords, RecordChoiceWarning
+from ..kernels.dynamic import MODES, buckets_for
 from ..target import Target
 from ..te import Var
 from .bucket import Padding, analyse, masked

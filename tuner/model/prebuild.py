@@ -89,7 +89,7 @@ def _serve() -> None:
     """A worker: build each task it is sent; a task that fails is skipped."""
     import warnings
 
-    from ..compile import build_task
+    from ..kernels import build_task
 
     tasks, records = pickle.loads(sys.stdin.buffer.read())
     warnings.simplefilter("ignore")  # the module itself warns, once

@@ -1,6 +1,6 @@
 """One compiled plan of a model: its kernels for one set of input shapes, run in order.
 
-A :class:`Plan` builds every distinct task once (``tuner.compile.build_task``,
+A :class:`Plan` builds every distinct task once (``tuner.kernels.opkernel.build_task``,
 the rest of a cold build in worker processes, ``tuner.model.prebuild``), lays
 the values out (inputs and constants as given, intermediate values in one
 arena placed by ``tuner.model.plan``, graph outputs allocated per call), runs
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compile import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
 from ..graph.ir import GraphError, Value
+from ..kernels import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, build_task
 from ..lower.extent import evaluate
 from ..target import Target
 from .bucket import MaskInput

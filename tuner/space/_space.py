@@ -84,7 +84,7 @@ class ConfigSpace(Declaration):
 
         Records store it beside their knob values: where today's space has
         another version, the knob values may mean another schedule, and the
-        compiler replays the record's stored trace instead (``tuner.compile``).
+        compiler replays the record's stored trace instead (``tuner.kernels.resolve``).
         Constraints count by their descriptions.
 
         >>> sp = ConfigSpace(); _ = sp.define_knob("kc", [64, 128]); len(sp.version)

@@ -1,8 +1,8 @@
 """One operator built for its arguments: ``build_op``, the entry point above both ways.
 
 Concrete arguments make a task built once with its best record
-(``tuner.compile.build_task``); a dimension given as a symbol makes a kernel
-that serves every value of it (``tuner.dynamic.DynamicOpKernel``).
+(``tuner.kernels.opkernel.build_task``); a dimension given as a symbol makes a kernel
+that serves every value of it (``tuner.kernels.dynamic.DynamicOpKernel``).
 
 >>> with tuner.apply_best("tune.jsonl"):
 ...     f = tuner.build_op("matmul", M=512, N=512, K=512)
@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .compile import BestRecords, build_task
+from ..target import Target
+from ..task import Task
+from ..te import Var
 from .dynamic import DynamicOpKernel
-from .target import Target
-from .task import Task
-from .te import Var
+from .opkernel import build_task
+from .resolve import BestRecords
 
 __all__ = ["build_op"]
 
@@ -35,7 +36,7 @@ def build_op(
     """Build operator ``op`` for ``args`` with the best record in scope (or its default).
 
     A dimension given as a symbol (``M=te.var("M", max=4096)``) makes the
-    result a ``tuner.dynamic.DynamicOpKernel`` that serves every value of it,
+    result a ``tuner.kernels.dynamic.DynamicOpKernel`` that serves every value of it,
     by ``dynamic``: ``"specialize"`` (the default: a kernel per shape, on first
     sight), ``"generic"`` (one kernel for all; its config is the record of the
     shape ``at``) or ``"bucket"`` (a kernel per bucket of ``buckets``, inputs

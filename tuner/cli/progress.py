@@ -1,20 +1,13 @@
-"""The ``tuner tune-model`` command: tune every task of an ONNX model under one trial budget.
-
-    tuner tune-model resnet50.onnx --trials 2000 --log tune.jsonl   # Ctrl-C keeps the log; rerun to resume
-    tuner tune-model model.onnx --trials 500 --storage postgresql+psycopg://tuner@db/tuning
-
-The live display shows the whole run (trials done of the budget, the
-model's estimated latency now and with the default schedules, ETA) and the
-task being tuned (its key, weight, best time and share of the latency); the
-summary is a table per task.
-"""
+"""The live displays of the commands, rich progress bars and their summaries: ``tuner tune``'s
+(``TuneDisplay``) and ``tuner tune-model``'s (``ModelTuneDisplay``: the whole run, trials done of
+the budget, the model's estimated latency now and with the default schedules, ETA, and the
+task being tuned; its summary is a table per task)."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -22,10 +15,86 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:
-    from .tune_model import ModelProgress, ModelTuneResult
+from records import Record
 
-__all__ = ["ModelTuneDisplay", "add_command"]
+from ..tuning.tune import TuneProgress, TuneResult
+
+if TYPE_CHECKING:
+    from ..tuning.tune_model import ModelProgress, ModelTuneResult
+
+__all__ = ["ModelTuneDisplay", "TuneDisplay"]
+
+
+class TuneDisplay:
+    """trial i/n, this candidate's and the best GFLOP/s (GB/s), errors so far, ETA.
+
+    With ``bytes_moved`` (a memory-bound operator's compulsory traffic) the
+    rates are GB/s, which say how close a kernel comes to the memory system.
+    """
+
+    def __init__(self, console: Console, title: str, total: int, bytes_moved: float | None = None):
+        self.console = console
+        self.bytes_moved = bytes_moved
+        self.unit = "GB/s" if bytes_moved else "GFLOP/s"
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "now {task.fields[now]:>8}  best {task.fields[best]:>8} "
+                + self.unit
+                + "  errors {task.fields[errors]}"
+            ),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task(title, total=total, now="-", best="-", errors=0)
+
+    def rate(self, record: Record) -> float | None:
+        """GB/s or GFLOP/s of a successful record; None when there is no figure."""
+        if not record.ok:
+            return None
+        if self.bytes_moved:
+            return self.bytes_moved / record.median / 1e9
+        return record.gflops or None
+
+    def update(self, p: TuneProgress) -> None:
+        rate = self.rate(p.record)
+        now = f"{rate:.1f}" if rate is not None else p.record.error_kind.value
+        best_rate = self.rate(p.best) if p.best is not None else None
+        best = f"{best_rate:.1f}" if best_rate is not None else "-"
+        self.progress.update(self.task, completed=p.trial, now=now, best=best, errors=p.errors)
+
+    def summary(self, r: TuneResult, log: Path) -> None:
+        c = self.console
+        c.print(
+            f"{r.workload.key} on {r.target}: {r.measured} measured this run ({r.resumed} from the log before), {r.errors} errors, {r.elapsed:.0f} s; {r.stopped_because}"
+        )
+        if r.best is None:
+            c.print("no candidate ran correctly yet")
+        else:
+            rate = self.rate(r.best)
+            gf = f"{rate:.1f} {self.unit}, " if rate is not None else ""
+            timed = f"trial {r.best.trial}, {len(r.best.samples)} samples"
+            c.print(f"best: {gf}{r.best.median * 1e3:.3f} ms ({timed}) {r.best.config}")
+            if r.numpy_seconds is not None:
+                c.print(
+                    f"NumPy reference, timed in the same runner: {r.numpy_seconds * 1e3:.3f} ms; "
+                    f"best is {r.numpy_seconds / r.best.median:.2f}x NumPy"
+                )
+        c.print(f"log: {log}")
+
+    def __enter__(self) -> TuneDisplay:
+        self.progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.progress.stop()
 
 
 def _ms(seconds: float | None) -> str:
@@ -35,7 +104,7 @@ def _ms(seconds: float | None) -> str:
 def _label(key: str, width: int = 72) -> str:
     """A task key as a table shows it: a generic fused group by its digest, not its whole text."""
     if key.startswith("fused(graph="):
-        from .graph.canonical import digest
+        from ..graph.canonical import digest
 
         text, _, where = key[len("fused(graph=") :].rpartition(")@")
         return f"fused[{digest(text)}]@{where}"
@@ -135,65 +204,3 @@ class ModelTuneDisplay:
         tb: TracebackType | None,
     ) -> None:
         self.live.stop()
-
-
-def cmd_tune_model(ns: argparse.Namespace) -> int:
-    from .cli_model import _shapes
-    from .cli_options import check_search_flags, tune_options
-    from .scheduler import SchedulerError, schedulers
-    from .target import Target
-    from .tune_model import model_tasks, trials_in_log, tune_model
-
-    # Check what the user typed before drawing a progress bar.
-    if not ns.model.exists():
-        raise FileNotFoundError(f"model {ns.model} does not exist")
-    check_search_flags(ns)
-    if ns.scheduler not in schedulers():
-        raise SchedulerError(
-            f"unknown scheduler {ns.scheduler!r}; known schedulers: {', '.join(schedulers())}"
-        )
-    opts = tune_options(ns)
-    shapes = _shapes(ns.shape)
-    target = Target.from_name(ns.target, num_threads=ns.threads)
-    tasks = model_tasks(ns.model, target, shapes)
-    resumed = trials_in_log(tasks, opts.log)
-    console = Console(stderr=True)
-    kernels = sum(t.weight for t in tasks)
-    console.print(
-        f"{ns.model}: {len(tasks)} tasks over {kernels} kernels on {target}; "
-        f"{resumed} trials in {ns.log} already"
-    )
-    title = f"{ns.model.name} ({ns.scheduler})"
-    with ModelTuneDisplay(console, title, ns.trials, min(resumed, ns.trials)) as display:
-        result = tune_model(
-            ns.model, opts, scheduler=ns.scheduler, shapes=shapes, progress=display.update
-        )
-    display.summary(result, ns.log)
-    return 0
-
-
-def add_command(sub: Any) -> None:
-    """Add ``tune-model`` to the ``tuner`` command's subparsers."""
-    from .cli_options import add_search_flags
-    from .tune_model import PATIENCE
-
-    p = sub.add_parser(
-        "tune-model",
-        help="tune every task of an ONNX model under one trial budget (resumable)",
-    )
-    p.add_argument("model", type=Path, help="an .onnx file")
-    add_search_flags(
-        p,
-        trials=200,
-        trials_help="trials for the whole model, those already in the log included",
-        early_stopping_help=f"a task that has not improved in N trials drops out (default {PATIENCE})",
-    )
-    p.add_argument("--scheduler", default="gradient", help="task scheduler (default gradient)")
-    p.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=D1,D2,...",
-        help="dimensions of an input with symbolic ones (repeatable)",
-    )
-    p.set_defaults(func=cmd_tune_model)

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,14 +37,14 @@ import numpy as np
 
 from records import Record
 
-from .codegen.backend import bind_symbols, check_output
-from .compile import BestRecords, OpKernel, RecordChoiceWarning, build_task, records_in_scope
-from .lower.extent import evaluate, normal
-from .schedule import ScheduleError
-from .space import ConfigError
-from .target import Target
-from .task import Task
-from .te import Tensor, Var
+from ..codegen.backend import bind_symbols, check_output
+from ..lower.extent import evaluate, normal
+from ..schedule import ScheduleError
+from ..target import Target
+from ..task import Task
+from ..te import Tensor, Var
+from .opkernel import OpKernel, build_task
+from .resolve import BestRecords, resolve
 
 __all__ = ["GENERIC", "MODES", "Compile", "DynamicOpKernel", "buckets_for"]
 
@@ -162,36 +161,13 @@ class DynamicOpKernel:
 
     # -- generic ------------------------------------------------------------
     def _generic_config(self) -> dict[str, Any]:
-        """The representative shape's best record, else its nearest tuned shape's that fits, else
-        the default (as ``build_task`` chooses for a constant shape)."""
-        task = self._task(self.at)
-        chosen = records_in_scope(self.records)
-        for record in self._records(task, chosen):
-            try:
-                config = task.space.validate(record.config).to_json()
-            except ConfigError:
-                continue
-            self.record = record
-            return config
-        if chosen is not None:
-            warnings.warn(
-                f"{self.op}: no record of {task.workload.key} or a shape near it fits; the"
-                " generic kernel uses the default schedule",
-                RecordChoiceWarning,
-                stacklevel=4,
-            )
-        return task.space.validate(task.default_config()).to_json()
-
-    def _records(self, task: Task, chosen: BestRecords | None) -> Iterator[Record]:
-        """The best record for ``task``'s shape, then those of the shapes nearest it."""
-        if chosen is None:
-            return
-        record = chosen.match(task.workload, self.target).record
-        if record is not None:
-            yield record
-        for _, _source, match in chosen.nearest(task.workload, self.target):
-            if match.record is not None:
-                yield match.record
+        """The representative shape's record as ``resolve`` chooses it (its best record, else its
+        nearest tuned shape's that fits, else the default), its knobs alone: a generic kernel
+        is scheduled at symbolic extents, where no replayed trace of one shape applies."""
+        choice = resolve(self._task(self.at), self.records, replay=False)
+        choice.warn(stacklevel=4)
+        self.record = choice.record
+        return choice.config
 
     # -- buckets ----------------------------------------------------------
     def _bucket_sizes(
@@ -294,7 +270,7 @@ class DynamicOpKernel:
 
 
 def _build_symbolic(task: Task, sched: Any, tensors: list[Tensor]) -> Any:
-    from .codegen import build
+    from ..codegen import build
 
     try:
         return build(sched, tensors, target=task.target)

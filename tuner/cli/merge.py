@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_command"]
+__all__ = ["add_commands"]
 
 
 def cmd_merge(ns: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def cmd_merge(ns: argparse.Namespace) -> int:
     return 0
 
 
-def add_command(sub: Any) -> None:
+def add_commands(sub: Any) -> None:
     p = sub.add_parser(
         "merge",
         help="merge tuning logs (files or folders) into OUT; each measurement once, trials renumbered",

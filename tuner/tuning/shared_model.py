@@ -23,11 +23,11 @@ import numpy as np
 
 from cost_models import CostModel, get_cost_model, loop_features
 
-from .lower.lower import lower
-from .search.base import Strategy
-from .search.model_based import ModelBasedSearch
-from .space import Config
-from .task import Task
+from ..lower.lower import lower
+from ..search.base import Strategy
+from ..search.model_based import ModelBasedSearch
+from ..space import Config
+from ..task import Task
 
 __all__ = ["SharedCostModel", "share_cost_model"]
 

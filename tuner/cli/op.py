@@ -1,29 +1,15 @@
-"""The ``tuner`` command: tune operators, inspect tuning logs, build the best.
-
-    tuner tune matmul M=512 N=512 K=512 --trials 64
-    tuner ops
-    tuner best tune.jsonl
-    tuner show tune.jsonl --top 10
-    tuner build matmul M=512 N=512 K=512 --log tune.jsonl
-    tuner compile model.onnx --log tune.jsonl
-    tuner run model.onnx --log tune.jsonl --compare onnxruntime
-    tuner tune-model model.onnx --trials 2000 --log tune.jsonl
-    tuner merge tune.jsonl worker-a.jsonl worker-b.jsonl
-
-Errors a user can cause end in one line and a non-zero exit, never a traceback.
-"""
+"""``tuner tune``, ``tuner build`` and ``tuner ops``: one operator's schedules, searched or built."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import add_search_flags, positive
+from .options import add_search_flags, positive
 
-__all__ = ["main"]
+__all__ = ["add_commands"]
 
 
 def _kv(items: list[str]) -> dict[str, str]:
@@ -56,12 +42,12 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 
     from search_spaces import get_operator
 
-    from .cli_options import check_search_flags, tune_options
-    from .measure import Measurer
+    from ..measure import Measurer
+    from ..target import Target
+    from ..tuning.shared_model import SharedCostModel
+    from ..tuning.tune import tune
+    from .options import check_search_flags, tune_options
     from .progress import TuneDisplay
-    from .shared_model import SharedCostModel
-    from .target import Target
-    from .tune import tune
 
     opts = tune_options(ns, transfer_from=tuple(ns.transfer_from), baseline=not ns.no_baseline)
     # Check what the user typed before drawing a progress bar.
@@ -123,55 +109,6 @@ def cmd_ops(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_best(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from records import best_by_workload, load
-
-    table = Table(title=f"best records in {ns.log}")
-    for col in ("workload", "target", "GFLOP/s", "median ms", "trial", "config"):
-        table.add_column(col)
-    for (key, kind), rec in sorted(best_by_workload(load(ns.log)).items()):
-        gf = f"{rec.gflops:.1f}" if rec.gflops else "-"
-        table.add_row(key, kind, gf, f"{rec.median * 1e3:.3f}", str(rec.trial), str(rec.config))
-    Console().print(table)
-    return 0
-
-
-def cmd_show(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from records import load, target_label
-
-    recs = load(ns.log)
-    ok = sorted((r for r in recs if r.ok), key=lambda r: r.median)[: ns.top]
-    errors: dict[str, int] = {}
-    for r in recs:
-        if not r.ok:
-            errors[r.error_kind.value] = errors.get(r.error_kind.value, 0) + 1
-    table = Table(title=f"{ns.log}: {len(recs)} records, top {len(ok)}")
-    for col in ("trial", "workload", "target", "strategy", "GFLOP/s", "median ms", "config"):
-        table.add_column(col)
-    for r in ok:
-        gf = f"{r.gflops:.1f}" if r.gflops else "-"
-        table.add_row(
-            str(r.trial),
-            r.workload.key,
-            target_label(r.target),
-            r.strategy,
-            gf,
-            f"{r.median * 1e3:.3f}",
-            str(r.config),
-        )
-    console = Console()
-    console.print(table)
-    if errors:
-        console.print("errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
-    return 0
-
-
 def cmd_build(ns: argparse.Namespace) -> int:
     import warnings
 
@@ -180,10 +117,10 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
     from search_spaces import get_operator
 
-    from .compile import BestRecords
-    from .lower.lower import lower
-    from .measure.interleave import interleaved, medians
-    from .op import build_op
+    from ..kernels import BestRecords
+    from ..kernels.op import build_op
+    from ..lower.lower import lower
+    from ..measure.interleave import interleaved, medians
 
     console = Console()
     template = get_operator(ns.op)
@@ -217,12 +154,8 @@ def cmd_build(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tuner", description="Schedule-search autotuner for deep-learning operators."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_commands(sub: Any) -> None:
+    """Add ``tune``, ``build`` and ``ops`` to the ``tuner`` command's subparsers."""
     p = sub.add_parser(
         "tune", help="search an operator's schedules; append every measurement to a log"
     )
@@ -267,36 +200,3 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ops", help="list the operators and their arguments")
     p.set_defaults(func=cmd_ops)
-    p = sub.add_parser("best", help="the best record per workload and target in a log")
-    p.add_argument("log", type=Path)
-    p.set_defaults(func=cmd_best)
-    p = sub.add_parser("show", help="the fastest records of a log and its error counts")
-    p.add_argument("log", type=Path)
-    p.add_argument("--top", type=positive(int), default=10)
-    p.set_defaults(func=cmd_show)
-
-    from .cli_model import add_commands
-
-    add_commands(sub, positive)
-    from .cli_merge import add_command as add_merge
-
-    add_merge(sub)
-    from .cli_tune_model import add_command as add_tune_model
-
-    add_tune_model(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    ns = _parser().parse_args(argv)
-    try:
-        return int(ns.func(ns))
-    except KeyboardInterrupt as exc:
-        from .measure import Terminated
-
-        why = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"tuner: {why}; the log keeps every measurement made so far", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
-    except (ValueError, OSError, ImportError) as exc:  # a TypeError is a bug: its traceback
-        print(f"tuner: error: {exc}", file=sys.stderr)
-        return 1

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .options import positive
+
 __all__ = ["add_commands"]
 
 
@@ -35,8 +37,8 @@ def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 def _compile(ns: argparse.Namespace, console: Any) -> Any:
-    from .model import compile_model
-    from .target import Target
+    from ..model import compile_model
+    from ..target import Target
 
     target = Target.from_name(ns.target, **({"num_threads": ns.threads} if ns.threads else {}))
     if ns.log is not None and not ns.log.exists():
@@ -89,7 +91,7 @@ def _compiled(ns: argparse.Namespace) -> tuple[Any, Any, dict[str, np.ndarray]]:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from .measure.interleave import interleaved, medians
+    from ..measure.interleave import interleaved, medians
 
     console, mod, feeds = _compiled(ns)
     outs = mod.run(feeds)
@@ -122,7 +124,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 def cmd_profile(ns: argparse.Namespace) -> int:
     """Each kernel's time and share, beside onnxruntime's time for the same nodes."""
-    from .model.profile import join, onnxruntime_profile
+    from ..model.profile import join, onnxruntime_profile
 
     console, mod, feeds = _compiled(ns)
     df = mod.profile(feeds, repeat=ns.repeat)
@@ -190,7 +192,7 @@ def _ort_session(model: Path, threads: int) -> Any:
         raise ValueError(f"onnxruntime cannot run this model: {first}") from None
 
 
-def add_commands(sub: Any, positive: Any) -> None:
+def add_commands(sub: Any) -> None:
     """Add ``compile`` and ``run`` to the ``tuner`` command's subparsers."""
     for name, func, help_text in (
         ("compile", cmd_compile, "import, fuse and build an ONNX model; print its tasks"),

@@ -20,15 +20,15 @@ from typing import Any
 
 from records import LogWriter, Record, load
 
-from .measure import MeasureOptions, Measurer, ReplayMeasurer
-from .search import Strategy, get_strategy
-from .search.storage import StorageError
-from .search.study import CLAIM_TIMEOUT
+from ..measure import MeasureOptions, Measurer, ReplayMeasurer
+from ..search import Strategy, get_strategy
+from ..search.storage import StorageError
+from ..search.study import CLAIM_TIMEOUT
+from ..space import Config, ConfigError, ConfigSpace
+from ..target import Target
+from ..task import Task, TaskTuner
+from ..workload import Workload
 from .shared_model import SharedCostModel, share_cost_model
-from .space import Config, ConfigError, ConfigSpace
-from .target import Target
-from .task import Task, TaskTuner
-from .workload import Workload
 
 __all__ = ["TuneOptions", "TuneProgress", "TuneResult", "tune"]
 
@@ -118,7 +118,7 @@ def tune(
 
     Tuning several shapes in one run, pass the same open ``measurer`` to
     each call and ``shared=(model, i)``: shape ``i`` learns from, and
-    teaches, one cost model shared by all (``tuner.shared_model``).
+    teaches, one cost model shared by all (``tuner.tuning.shared_model``).
     """
     from search_spaces import canonical_records
 
@@ -234,7 +234,7 @@ def _featurizer(
 
     from cost_models import loop_features
 
-    from .lower.lower import lower
+    from ..lower.lower import lower
 
     def features(cfg: Config) -> Any:
         sched, tensors = op.schedule(cfg, args, target)
@@ -267,7 +267,7 @@ def transfer_data(
     from cost_models import loop_features
     from search_spaces import OperatorError, canonical_records, get_operator
 
-    from .lower.lower import lower
+    from ..lower.lower import lower
 
     by_workload: dict[str, list[Record]] = {}
     for path in logs:

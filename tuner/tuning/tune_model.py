@@ -3,8 +3,8 @@
 The model's tasks are those ``compile_model`` builds (one per distinct fused
 group; weight = how often it runs). Each gets a :class:`~tuner.task.TaskTuner`;
 all share one measurer (build pool and runner), one log and, for the ``xgb``
-strategy, one cost model (``tuner.shared_model``). A scheduler
-(``tuner.scheduler``, ``gradient`` by default) picks the task that gets the
+strategy, one cost model (``tuner.tuning.shared_model``). A scheduler
+(``tuner.tuning.scheduler``, ``gradient`` by default) picks the task that gets the
 next batch. Resumable: the scheduler's state and every task's search are
 rebuilt from the log, no config is measured twice, and the budget counts the
 trials already in the log.
@@ -28,12 +28,12 @@ from typing import Any
 from records import ErrorKind, LogWriter, Record, config_key, load
 from records.log import RETIME
 
-from .measure import Measurer
+from ..measure import Measurer
+from ..space import ConfigError
+from ..target import Target
+from ..task import Task, TaskTuner
 from .scheduler import TaskInfo, get_scheduler
 from .shared_model import SharedCostModel, share_cost_model
-from .space import ConfigError
-from .target import Target
-from .task import Task, TaskTuner
 from .tune import TuneOptions, task_strategy
 
 __all__ = [
@@ -69,12 +69,12 @@ def model_tasks(
     The same lowering as ``compile_model`` (and its on-disk cache), without
     building any kernel. A model with symbolic input dimensions needs ``shapes``.
     """
-    from .model.lowered import Lowered, cache_key, external_files
+    from ..model.lowered import Lowered, cache_key, external_files
 
     key = cache_key(model, shapes, target, True)
     lowered = Lowered.load(key, model, target) if key is not None else None
     if lowered is None:
-        from .graph.onnx_import import from_onnx
+        from ..graph.onnx_import import from_onnx
 
         graph = from_onnx(model, shapes)
         dynamic = [i for i in graph.inputs if not graph.values[i].static]

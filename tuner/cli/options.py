@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .tune import TuneOptions
+    from ..tuning.tune import TuneOptions
 
 __all__ = ["add_search_flags", "check_search_flags", "count", "positive", "tune_options"]
 
@@ -100,8 +100,8 @@ def add_search_flags(
 
 def check_search_flags(ns: argparse.Namespace) -> None:
     """Raise the one-line error for a flag that names nothing: strategy, target, storage."""
-    from .search import StrategyError, strategies
-    from .target import Target
+    from ..search import StrategyError, strategies
+    from ..target import Target
 
     if ns.strategy not in strategies():
         raise StrategyError(
@@ -109,15 +109,15 @@ def check_search_flags(ns: argparse.Namespace) -> None:
         )
     Target.from_name(ns.target, num_threads=ns.threads)
     if ns.storage is not None:
-        from .search.storage import open_storage
+        from ..search.storage import open_storage
 
         open_storage(ns.storage)  # a bad URL or a server that is not there: one line
 
 
 def tune_options(ns: argparse.Namespace, **extra: Any) -> TuneOptions:
     """The ``TuneOptions`` the flags of :func:`add_search_flags` say, plus ``extra`` fields."""
-    from .measure import MeasureOptions
-    from .tune import TuneOptions
+    from ..measure import MeasureOptions
+    from ..tuning.tune import TuneOptions
 
     return TuneOptions(
         trials=ns.trials,
