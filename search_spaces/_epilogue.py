@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from tuner import te
+from tuner.graph.ops import activations as act
 from tuner.te import Tensor
 
 __all__ = [
@@ -65,106 +66,55 @@ __all__ = [
 #: The text of no epilogue (the templates' default).
 NONE = "none"
 
-_SQRT_HALF = 1.0 / math.sqrt(2.0)
-_GELU_TANH = math.sqrt(2.0 / math.pi)
-
 Fn = Callable[..., Any]  # on te expressions and NumPy arrays alike, or one of each
-
-
-def _np_erf(x: np.ndarray) -> np.ndarray:
-    from scipy.special import erf
-
-    return np.asarray(erf(x))
 
 
 @dataclass(frozen=True)
 class _Unary:
-    te_fn: Fn
-    np_fn: Fn
+    fn: Fn  # (math, v): the activation over act.TE or act.NP
     uses: int = 1  # how often the step reads v (the expression tree repeats v that often)
 
 
-def _gelu(v: Any, erf: Fn) -> Any:
-    return 0.5 * v * (1.0 + erf(v * _SQRT_HALF))
-
-
-def _gelu_tanh(v: Any, tanh: Fn) -> Any:
-    return 0.5 * v * (1.0 + tanh(v * (_GELU_TANH + (_GELU_TANH * 0.044715) * (v * v))))
-
-
-def _hardsigmoid(v: Any, alpha: float, beta: float, maximum: Fn, minimum: Fn) -> Any:
-    """ONNX's HardSigmoid: ``max(0, min(1, alpha * v + beta))``."""
-    return maximum(minimum(v * alpha + beta, 1.0), 0.0)
-
-
-def _clip(v: Any, lo: float, hi: float, maximum: Fn, minimum: Fn) -> Any:
-    """``min(max(v, lo), hi)``; an infinite bound is left out (``np.clip`` when lo > hi)."""
-    if lo != -math.inf:
-        v = maximum(v, lo)
-    if hi != math.inf:
-        v = minimum(v, hi)
-    return v
-
-
 UNARY: dict[str, _Unary] = {
-    "relu": _Unary(lambda v: te.maximum(v, 0.0), lambda v: np.maximum(v, 0.0)),
-    "sigmoid": _Unary(te.sigmoid, lambda v: 1.0 / (1.0 + np.exp(-v))),
-    "tanh": _Unary(te.tanh, np.tanh),
-    "exp": _Unary(te.exp, np.exp),
-    "log": _Unary(te.log, np.log),
-    "sqrt": _Unary(te.sqrt, np.sqrt),
-    "abs": _Unary(te.abs, np.abs),
-    "neg": _Unary(lambda v: -v, np.negative),
-    "erf": _Unary(te.erf, _np_erf),
-    "gelu": _Unary(lambda v: _gelu(v, te.erf), lambda v: _gelu(v, _np_erf), uses=2),
-    "gelu_tanh": _Unary(lambda v: _gelu_tanh(v, te.tanh), lambda v: _gelu_tanh(v, np.tanh), 4),
-    "hardswish": _Unary(
-        lambda v: v * _hardsigmoid(v, 1.0 / 6.0, 0.5, te.maximum, te.minimum),
-        lambda v: v * _hardsigmoid(v, 1.0 / 6.0, 0.5, np.maximum, np.minimum),
-        uses=2,
-    ),
+    "relu": _Unary(act.relu),
+    "sigmoid": _Unary(lambda m, v: m.sigmoid(v)),
+    "tanh": _Unary(lambda m, v: m.tanh(v)),
+    "exp": _Unary(lambda m, v: m.exp(v)),
+    "log": _Unary(lambda m, v: m.log(v)),
+    "sqrt": _Unary(lambda m, v: m.sqrt(v)),
+    "abs": _Unary(lambda m, v: m.abs(v)),
+    "neg": _Unary(lambda m, v: -v),
+    "erf": _Unary(lambda m, v: m.erf(v)),
+    "gelu": _Unary(act.gelu, uses=2),
+    "gelu_tanh": _Unary(act.gelu_tanh, uses=4),
+    "hardswish": _Unary(act.hard_swish, uses=2),
 }
 
 
 @dataclass(frozen=True)
 class _Parametrised:
     params: tuple[str, ...]  # the names of its numbers, for messages
-    te_fn: Fn  # (v, *numbers)
-    np_fn: Fn
+    fn: Fn  # (math, v, *numbers)
     uses: int = 1
 
 
 PARAMETRISED: dict[str, _Parametrised] = {
-    "clip": _Parametrised(
-        ("lo", "hi"),
-        lambda v, lo, hi: _clip(v, lo, hi, te.maximum, te.minimum),
-        lambda v, lo, hi: _clip(v, lo, hi, np.maximum, np.minimum),
-    ),
-    # ONNX's LeakyRelu without a branch: max(v, 0) + alpha * min(v, 0).
-    "leaky": _Parametrised(
-        ("alpha",),
-        lambda v, a: te.maximum(v, 0.0) + a * te.minimum(v, 0.0),
-        lambda v, a: np.maximum(v, 0.0) + a * np.minimum(v, 0.0),
-        uses=2,
-    ),
-    "hardsigmoid": _Parametrised(
-        ("alpha", "beta"),
-        lambda v, a, b: _hardsigmoid(v, a, b, te.maximum, te.minimum),
-        lambda v, a, b: _hardsigmoid(v, a, b, np.maximum, np.minimum),
-    ),
+    "clip": _Parametrised(("lo", "hi"), act.clip),
+    "leaky": _Parametrised(("alpha",), act.leaky_relu, uses=2),
+    "hardsigmoid": _Parametrised(("alpha", "beta"), act.hard_sigmoid),
 }
 
 #: ``op(v, x)`` for both te and NumPy: the steps with one more operand (a constant or an input).
-_BINARY: dict[str, tuple[Fn, Fn]] = {
-    "add": (lambda v, x: v + x, lambda v, x: v + x),
-    "sub": (lambda v, x: v - x, lambda v, x: v - x),
-    "rsub": (lambda v, x: x - v, lambda v, x: x - v),
-    "mul": (lambda v, x: v * x, lambda v, x: v * x),
-    "div": (lambda v, x: v / x, lambda v, x: v / x),
-    "rdiv": (lambda v, x: x / v, lambda v, x: x / v),
-    "max": (te.maximum, np.maximum),
-    "min": (te.minimum, np.minimum),
-    "pow": (te.pow, np.power),
+_BINARY: dict[str, Fn] = {  # (math, v, x)
+    "add": lambda m, v, x: v + x,
+    "sub": lambda m, v, x: v - x,
+    "rsub": lambda m, v, x: x - v,
+    "mul": lambda m, v, x: v * x,
+    "div": lambda m, v, x: v / x,
+    "rdiv": lambda m, v, x: x / v,
+    "max": lambda m, v, x: m.maximum(v, x),
+    "min": lambda m, v, x: m.minimum(v, x),
+    "pow": lambda m, v, x: m.pow(v, x),
 }
 #: Steps with a constant: ``addc:<x>`` ... (no ``subc``: that is ``addc`` of ``-x``).
 CONSTANT_OPS = ("add", "mul", "rsub", "div", "rdiv", "pow", "max", "min")
@@ -307,9 +257,9 @@ class Epilogue:
                     "f": tuple(out_index),
                     "s": (0,),
                 }
-                v = _BINARY[s.op][0](v, t[reads[s.broadcast]])
+                v = _BINARY[s.op](act.TE, v, t[reads[s.broadcast]])
             elif s.kind == "earlier":
-                v = _BINARY[s.op][0](v, seen[s.ref])
+                v = _BINARY[s.op](act.TE, v, seen[s.ref])
             else:
                 v = _te_step(s, v)
             seen.append(v)
@@ -322,20 +272,20 @@ class Epilogue:
         inputs, dtype, seen = iter(extras), y.dtype, [y]
         for s in self.steps:
             if s.kind == "earlier":
-                y = _BINARY[s.op][1](y, seen[s.ref])
+                y = _BINARY[s.op](act.NP, y, seen[s.ref])
             elif s.kind == "extra":
                 x = np.asarray(next(inputs), dtype=dtype)
                 if s.broadcast == "c":
                     shape = [1] * y.ndim
                     shape[channel_axis] = -1
                     x = x.reshape(shape)
-                y = _BINARY[s.op][1](y, x)
+                y = _BINARY[s.op](act.NP, y, x)
             elif s.kind == "unary":
-                y = UNARY[s.op].np_fn(y)
+                y = UNARY[s.op].fn(act.NP, y)
             elif s.kind == "param":
-                y = PARAMETRISED[s.op].np_fn(y, *s.numbers)
+                y = PARAMETRISED[s.op].fn(act.NP, y, *s.numbers)
             else:
-                y = _BINARY[s.op][1](y, dtype.type(s.numbers[0]))
+                y = _BINARY[s.op](act.NP, y, dtype.type(s.numbers[0]))
             y = np.asarray(y, dtype=dtype)
             seen.append(y)
         return y
@@ -347,10 +297,10 @@ class Epilogue:
 
 def _te_step(s: Step, v: te.Expr) -> te.Expr:
     if s.kind == "unary":
-        return UNARY[s.op].te_fn(v)  # type: ignore[no-any-return]
+        return UNARY[s.op].fn(act.TE, v)  # type: ignore[no-any-return]
     if s.kind == "param":
-        return PARAMETRISED[s.op].te_fn(v, *s.numbers)  # type: ignore[no-any-return]
-    return _BINARY[s.op][0](v, s.numbers[0])  # type: ignore[no-any-return]
+        return PARAMETRISED[s.op].fn(act.TE, v, *s.numbers)  # type: ignore[no-any-return]
+    return _BINARY[s.op](act.TE, v, s.numbers[0])  # type: ignore[no-any-return]
 
 
 @functools.lru_cache(maxsize=256)

@@ -56,13 +56,13 @@ the shared pieces are already apart (``_gemm``'s nest, ``_gemv``, ``_cuda``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tuner import te
+from tuner.graph.ops.activations import NP, TE
 from tuner.lower.extent import normal
 from tuner.schedule import Schedule
 from tuner.space import ConfigSpace
@@ -71,7 +71,7 @@ from tuner.te import Tensor
 
 from ._cuda import is_gpu
 from ._cuda import matmul as gpu
-from ._epilogue import NONE, PARAM_DOC, apply_numpy, check_epilogue
+from ._epilogue import NONE, PARAM_DOC, UNARY, apply_numpy, check_epilogue
 from ._epilogue import parse as parse_epilogue
 from ._gemm import (
     Packing,
@@ -99,17 +99,16 @@ __all__ = [
     "schedule",
 ]
 
-_SQRT_HALF = 1.0 / math.sqrt(2.0)
+#: The activations ``activation=`` takes, on the biased product: the epilogue language's own
+#: (``_epilogue.UNARY``), so the kernel and the reference compute the same function.
+ACTIVATIONS = ("none", "relu", "gelu", "sigmoid", "tanh")
 
-#: The epilogue's activation, on the biased product ``v``.
-_ACTIVATIONS: dict[str, Callable[[te.Expr], te.Expr]] = {
-    "none": lambda v: v,
-    "relu": lambda v: te.maximum(v, te.const(0.0)),
-    "gelu": lambda v: 0.5 * v * (1.0 + te.erf(v * _SQRT_HALF)),
-    "sigmoid": te.sigmoid,
-    "tanh": te.tanh,
-}
-ACTIVATIONS = tuple(_ACTIVATIONS)
+
+def _activation(name: str) -> Callable[[te.Expr], te.Expr]:
+    if name == "none":
+        return lambda v: v
+    fn = UNARY[name].fn
+    return lambda v: fn(TE, v)  # type: ignore[no-any-return]
 
 
 def _stages(
@@ -154,7 +153,7 @@ def _stages(
             return C[i, j] + tail[i, j]
         return C[j, i] if transposed else C[i, j]
 
-    act = _ACTIVATIONS[activation]
+    act = _activation(activation)
     b = te.placeholder((N,), "float32", name="bias") if bias else None
     extras = steps.placeholders(N, (M, N))
     inputs += [*([b] if b is not None else []), *extras]
@@ -191,16 +190,8 @@ def reference(
     y = x.astype(np.float64) @ w.T.astype(np.float64)
     if b is not None:
         y += b
-    if activation == "relu":
-        y = np.maximum(y, 0.0)
-    elif activation == "gelu":
-        from scipy.special import erf
-
-        y = 0.5 * y * (1.0 + erf(y * _SQRT_HALF))
-    elif activation == "sigmoid":
-        y = 1.0 / (1.0 + np.exp(-y))
-    elif activation == "tanh":
-        y = np.tanh(y)
+    if activation != "none":
+        y = UNARY[activation].fn(NP, y)
     return apply_numpy(epilogue, y, extras, channel_axis=1).astype(np.float32)
 
 

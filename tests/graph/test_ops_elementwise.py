@@ -87,7 +87,10 @@ def test_unary_table() -> None:
     assert {"Relu", "Sigmoid", "Gelu", "HardSwish", "Exp"} <= set(UNARY)
     assert all(opdef(op).kind is OpKind.ELEMENTWISE for op in UNARY)
     x = te.placeholder((4,), name="x")[0]
-    assert repr(unary("LeakyRelu", {"alpha": 0.5})(x)) == "((x[0] * 0.5) if (x[0] < 0) else x[0])"
+    # the activations' own math (graph.ops.activations), shared with the templates' epilogues
+    assert (
+        repr(unary("LeakyRelu", {"alpha": 0.5})(x)) == "(max(x[0], 0.0) + (0.5 * min(x[0], 0.0)))"
+    )
     with pytest.raises(GraphError, match="not a unary"):
         unary("Add")
 
@@ -278,3 +281,33 @@ def test_mod_float_fmod() -> None:
 def test_prelu() -> None:
     check_op("PRelu", [f32(2, 3, 5), f32(3, 1)])
     check_op("PRelu", [f32(2, 3, 5), np.array([0.1], np.float32)], lower=False)
+
+
+@pytest.mark.parametrize(
+    ("onnx_op", "attrs", "step"),
+    [
+        ("Relu", {}, "relu"),
+        ("Sigmoid", {}, "sigmoid"),
+        ("Gelu", {}, "gelu"),
+        ("Gelu", {"approximate": "tanh"}, "gelu_tanh"),
+        ("HardSwish", {}, "hardswish"),
+        ("LeakyRelu", {"alpha": 0.25}, "leaky:0.25"),
+        ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, "hardsigmoid:0.3:0.4"),
+    ],
+)
+def test_an_onnx_activation_and_its_epilogue_step_are_one_function(
+    onnx_op: str, attrs: dict, step: str
+) -> None:
+    """The graph's operator and the templates' fused step give the same te expression and
+    the same NumPy values: both are written once, in ``graph.ops.activations``."""
+    from search_spaces._epilogue import apply_numpy, parse
+    from tuner.graph.ir import Node
+
+    x = te.placeholder((4,), name="x")[0]
+    assert repr(unary(onnx_op, attrs)(x)) == repr(
+        parse(step).apply(x, te.const(0, "int64"), [], [])
+    )
+    v = np.linspace(-6, 6, 97, dtype=np.float32).reshape(1, 97)
+    node = Node(onnx_op, ["v"], ["y"], attrs)
+    (want,) = opdef(onnx_op).evaluate(node, [v])
+    np.testing.assert_allclose(apply_numpy(step, v, (), channel_axis=1), want, rtol=1e-6, atol=1e-7)
