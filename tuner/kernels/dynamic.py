@@ -46,7 +46,7 @@ from ..te import Tensor, Var
 from .opkernel import OpKernel, build_task
 from .resolve import BestRecords, resolve
 
-__all__ = ["GENERIC", "MODES", "Compile", "DynamicOpKernel", "buckets_for"]
+__all__ = ["GENERIC", "MODES", "Compile", "DynamicOpKernel", "bucket_of", "buckets_for", "pad_to"]
 
 #: How a module serves a shape (see the module's docstring).
 MODES = ("specialize", "generic", "bucket")
@@ -86,6 +86,44 @@ def buckets_for(var: Var, given: Sequence[int] | None = None) -> list[int]:
             sizes.append(b)
         b *= 2
     return [*sizes, var.hi]
+
+
+def bucket_of(
+    values: Mapping[str, int], buckets: Mapping[str, Sequence[int] | None]
+) -> dict[str, int]:
+    """The bucket that serves each symbol's value: the smallest size not below it (a symbol
+    whose buckets are None is served at its exact size). An operator's buckets and a
+    model's both are chosen here."""
+    out = {}
+    for name, v in values.items():
+        sizes = buckets.get(name)
+        if sizes is None:
+            out[name] = v
+            continue
+        up = next((b for b in sizes if b >= v), None)
+        if up is None:
+            raise ValueError(f"{name}={v} is above the largest bucket ({sizes[-1]})")
+        out[name] = up
+    return out
+
+
+def _fill_of(fill: Mapping[str, float | None], d: Any) -> float:
+    value = fill.get(d.name) if isinstance(d, Var) else None
+    return 0.0 if value is None else value
+
+
+def pad_to(a: np.ndarray, shape: tuple[int, ...], fills: Sequence[float]) -> np.ndarray:
+    """``a`` in the corner of an array of ``shape``; along each axis, what lies past ``a`` is
+    that axis's neutral value ``fills[axis]`` (zeros for a reduction, ``-inf`` for a
+    softmax's columns). ``a`` itself when it has the shape already."""
+    if a.shape == shape:
+        return a
+    big = np.empty(shape, a.dtype)
+    big[tuple(slice(0, n) for n in a.shape)] = a
+    for axis, m in enumerate(a.shape):
+        if m < shape[axis]:
+            big[(slice(None),) * axis + (slice(m, None),)] = fills[axis]
+    return big
 
 
 class DynamicOpKernel:
@@ -180,34 +218,14 @@ class DynamicOpKernel:
             out[name] = None if pads.get(param) is None else buckets_for(self.symbols[name], given)
         return out
 
-    def _bucket(self, values: dict[str, int]) -> dict[str, int]:
-        out = {}
-        for name, v in values.items():
-            sizes = self._buckets[name]
-            if sizes is None:  # no neutral padding: this dimension is served exactly
-                out[name] = v
-                continue
-            up = next((b for b in sizes if b >= v), None)
-            if up is None:
-                raise ValueError(f"{name}={v} is above the largest bucket ({sizes[-1]})")
-            out[name] = up
-        return out
-
     def _pad(self, arrays: list[np.ndarray], served: dict[str, int]) -> list[np.ndarray]:
         """The inputs padded to the served shape with each dimension's neutral value."""
         out = []
         for a, (_, declared) in zip(arrays, self._shapes, strict=False):
             shape = tuple(evaluate(d, served) for d in declared)
-            if shape == a.shape:
-                out.append(a)
-                continue
-            big = np.empty(shape, a.dtype)
-            big[tuple(slice(0, n) for n in a.shape)] = a
-            for axis, (d, m) in enumerate(zip(declared, a.shape, strict=True)):
-                if m < shape[axis]:  # the rows (columns, ...) past the input's own
-                    fill = self._fill[d.name] if isinstance(d, Var) else 0.0
-                    big[(slice(None),) * axis + (slice(m, None),)] = fill
-            out.append(big)
+            # a dimension without a neutral value (None) is served exactly: never padded
+            fills = [_fill_of(self._fill, d) for d in declared]
+            out.append(pad_to(a, shape, fills))
         return out
 
     # -- serving ----------------------------------------------------------
@@ -227,7 +245,7 @@ class DynamicOpKernel:
         if self.mode == "generic":
             served: dict[str, int] = {}
         elif self.mode == "bucket":
-            served = self._bucket(dict(values))
+            served = bucket_of(values, self._buckets)
         else:
             served = dict(values)
         key = tuple(served[n] for n in sorted(served))

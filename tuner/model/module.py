@@ -39,7 +39,7 @@ import numpy as np
 from ..codegen.backend import check_output
 from ..graph.ir import Graph, GraphError, Value
 from ..kernels import BestRecords, RecordChoiceWarning
-from ..kernels.dynamic import MODES, buckets_for
+from ..kernels.dynamic import MODES, bucket_of, buckets_for, pad_to
 from ..target import Target
 from ..te import Var
 from .bucket import Padding, analyse, masked
@@ -293,17 +293,13 @@ class Module:
     ) -> list[np.ndarray]:
         """Run the bucket that holds ``values``: inputs padded with zeros, outputs sliced back."""
         assert self.padding is not None
-        served = {s: next(b for b in self.buckets[s] if b >= n) for s, n in values.items()}
+        served = bucket_of(values, self.buckets)
         padded = []
         for name, arr in zip(self.input_names, arrays, strict=True):
             shape = tuple(
                 served[d] if isinstance(d, str) else int(d) for d in self._types[name].shape
             )
-            if shape != arr.shape:
-                big = np.zeros(shape, arr.dtype)
-                big[tuple(slice(0, n) for n in arr.shape)] = arr
-                arr = big
-            padded.append(arr)
+            padded.append(pad_to(arr, shape, [0.0] * arr.ndim))
         sig = tuple(a.shape for a in padded)
         plan = self._plans.get(sig)
         if plan is None:
