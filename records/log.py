@@ -147,7 +147,13 @@ def _log_files(source: LogSource) -> list[Path]:
     paths = [source] if isinstance(source, str | os.PathLike) else list(source)
     files: list[Path] = []
     for path in map(Path, paths):
-        files.extend(sorted(path.glob("*.jsonl")) if path.is_dir() else [path])
+        if path.is_dir():
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise RecordError(f"no tuning logs (*.jsonl) in the folder {path}")
+            files.extend(found)
+        else:
+            files.append(path)
     return files
 
 
@@ -181,35 +187,64 @@ def load(
     *,
     workload: Workload | str | None = None,
     target_kind: str | None = None,
+    require: bool = False,
 ) -> list[Record]:
     """Read records from a log file, a list of them, or a folder of ``*.jsonl`` logs.
 
     Optionally keep only one workload (a ``Workload`` or its key) and one target
-    kind. Unusable lines are skipped with one ``RecordsWarning`` that counts them;
-    a missing file raises ``RecordError``.
+    kind. Unusable lines are skipped with one ``RecordsWarning`` that counts them.
+    A ``RecordError`` of one line for: a missing file, a folder without logs, a
+    file none of whose lines is a record (an ONNX model passed where a log
+    belongs; a log whose only line is cut short by a crash still reads, as
+    empty), and, with ``require`` (a log to read records from, not to append
+    to), logs that hold no record at all.
 
     >>> records = load("logs/", workload="matmul(K=512,M=512,N=512)", target_kind="cpu")
     """
     wanted = None if workload is None else _key(workload)
     records: list[Record] = []
     skipped = _Skipped()
+    found = 0
     for path in _log_files(source):
-        for number, line in enumerate(_read_lines(path), start=1):
+        lines = _read_lines(path)
+        read, first_error = 0, None
+        for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 record = _parse(line)
             except RecordError as error:
                 skipped.add(f"{path}:{number}", path, error)
+                first_error = first_error or f"line {number}: {error}"
                 continue
+            read += 1
             if wanted is not None and record.workload.key != wanted:
                 continue
             if target_kind is not None and record.target.kind != target_kind:
                 continue
             records.append(record)
+        if read == 0 and first_error is not None and not _cut_short(lines):
+            raise RecordError(
+                f"{path} is not a tuning log: none of its lines is a record ({first_error})"
+            )
+        found += read
+    if require and found == 0:
+        raise RecordError(f"{_name(source)} holds no tuning records")
     if skipped.files:
         warnings.warn(skipped.message(), RecordsWarning, stacklevel=2)
     return records
+
+
+def _cut_short(lines: list[bytes]) -> bool:
+    """One line without its newline: the first record of a log whose writer died mid-line."""
+    text = [line for line in lines if line.strip()]
+    return len(text) == 1 and lines[-1].strip() != b""
+
+
+def _name(source: LogSource) -> str:
+    if isinstance(source, str | os.PathLike):
+        return str(source)
+    return ", ".join(map(str, source)) or "an empty list of logs"
 
 
 #: The strategy name of the records a tune writes when it measures its leaders again.

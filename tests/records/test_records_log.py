@@ -88,9 +88,10 @@ def test_clean_log_loads_without_warnings(tmp_path: Path) -> None:
 def test_bad_bytes_and_json_constants_count_as_damaged(tmp_path: Path) -> None:
     path = tmp_path / "tune.jsonl"
     nan_line = _good_lines(1)[0].replace('"flops":', '"flops":NaN,"x":', 1)
-    path.write_bytes(b"\xff\xfe\n" + nan_line.encode() + b"\n[1]\n")
+    good = _good_lines(1)[0].encode()
+    path.write_bytes(b"\xff\xfe\n" + nan_line.encode() + b"\n[1]\n" + good + b"\n")
     with pytest.warns(RecordsWarning, match=r"^skipped 3 damaged lines in "):
-        assert load(path) == []
+        assert len(load(path)) == 1
 
 
 def test_writer_starts_a_fresh_line_after_a_truncated_one(tmp_path: Path) -> None:
@@ -151,6 +152,37 @@ def test_load_a_directory_in_name_order(tmp_path: Path) -> None:
     append(tmp_path / "sub" / "c.jsonl", [record(trial=3)])  # not recursive
     assert [r.trial for r in load(tmp_path)] == [1, 2]
     assert [r.trial for r in load([tmp_path / "b.jsonl", tmp_path / "sub"])] == [2, 3]
+
+
+def test_a_file_that_is_not_a_log_is_one_record_error(tmp_path: Path) -> None:
+    """An ONNX model or a text file where a log belongs: refused, not read as an empty log."""
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x08\x07\x12\x07pytorch\n\x00\x01binary\n\xff")
+    with pytest.raises(
+        RecordError,
+        match=rf"{model} is not a tuning log: none of its lines is a record \(line 1: not a JSON line",
+    ):
+        load(model)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("first\nsecond\n")
+    append(tmp_path / "ok.jsonl", [record()])
+    with pytest.raises(RecordError, match=f"{notes} is not a tuning log"):  # beside a good log too
+        load([tmp_path / "ok.jsonl", notes])
+    cut = tmp_path / "cut.jsonl"  # the writer died in the middle of the first record
+    cut.write_text(_good_lines(1)[0][:-20])
+    with pytest.warns(RecordsWarning, match="skipped 1 damaged line"):
+        assert load(cut) == []
+
+
+def test_reading_records_from_no_records_is_one_record_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert load(empty) == []  # a log to append to may be empty
+    with pytest.raises(RecordError, match=f"^{empty} holds no tuning records$"):
+        load(empty, require=True)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(RecordError, match=r"no tuning logs \(\*\.jsonl\) in the folder .*folder$"):
+        load(tmp_path / "folder")
 
 
 def test_missing_file_is_a_record_error(tmp_path: Path) -> None:

@@ -140,3 +140,45 @@ def test_a_bad_list_of_shapes_is_one_line(args, message, capsys) -> None:  # typ
     assert main(["tune", "softmax", *args]) != 0
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["best", "model.onnx"], "model.onnx is not a tuning log: none of its lines is a record"),
+        (["show", "model.onnx"], "model.onnx is not a tuning log"),
+        (["best", "empty.jsonl"], "empty.jsonl holds no tuning records"),
+        (
+            ["build", "matmul", "M=8", "N=8", "K=8", "--log", "empty.jsonl"],
+            "holds no tuning records",
+        ),
+        (["build", "matmul", "M=8", "N=8", "K=8", "--log", "model.onnx"], "is not a tuning log"),
+        (["tune", "matmul", "M=8", "N=8", "K=8", "--log", "model.onnx"], "is not a tuning log"),
+    ],
+)
+def test_a_file_that_is_not_a_log_is_refused_at_the_door(
+    argv, message, capsys, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A model (or any other file) where a log belongs, or a log with nothing to read: one line,
+    exit 1, and the file is left as it was (tune does not append to it)."""
+    monkeypatch.chdir(tmp_path)
+    model = b"\x08\x07\x12\x07pytorch:\n\x00\x01\xff\xfe graph\n\x10"
+    (tmp_path / "model.onnx").write_bytes(model)
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("tuner: error: ") and message in err[-1], err
+    assert "Traceback" not in "\n".join(err)
+    assert (tmp_path / "model.onnx").read_bytes() == model
+
+
+def test_apply_best_refuses_a_file_that_is_not_a_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import tuner
+    from records import RecordError
+
+    (tmp_path / "model.onnx").write_bytes(b"\x08\x07\x12\x07pytorch\n\x00\xff\n")
+    with (
+        pytest.raises(RecordError, match="is not a tuning log"),
+        tuner.apply_best(tmp_path / "model.onnx"),
+    ):
+        pass

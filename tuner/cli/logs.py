@@ -20,7 +20,7 @@ def cmd_best(ns: argparse.Namespace) -> int:
     table = Table(title=f"best records in {ns.log}")
     for col in ("workload", "target", "GFLOP/s", "median ms", "trial", "config"):
         table.add_column(col)
-    for (key, kind), rec in sorted(best_by_workload(load(ns.log)).items()):
+    for (key, kind), rec in sorted(best_by_workload(load(ns.log, require=True)).items()):
         gf = f"{rec.gflops:.1f}" if rec.gflops else "-"
         table.add_row(key, kind, gf, f"{rec.median * 1e3:.3f}", str(rec.trial), str(rec.config))
     Console().print(table)
@@ -33,7 +33,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
 
     from records import load, target_label
 
-    recs = load(ns.log)
+    recs = load(ns.log, require=True)
     ok = sorted((r for r in recs if r.ok), key=lambda r: r.median)[: ns.top]
     errors: dict[str, int] = {}
     for r in recs:

@@ -72,7 +72,7 @@ class BestRecords:
     def __init__(self, source: str | Path | Sequence[str | Path]):
         from search_spaces import canonical_records
 
-        self.records = canonical_records(load(source))  # type: ignore[arg-type]
+        self.records = canonical_records(load(source, require=True))  # type: ignore[arg-type]
 
     def match(self, workload: Workload, target: Target) -> Match:
         """The best record and, for a near miss, why it was taken (see ``records.best_match``)."""
