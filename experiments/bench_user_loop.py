@@ -12,7 +12,8 @@ is none) is timed two ways, in rounds that alternate between them:
 - **user**: a fresh plain Python process that does what a user does:
   ``with tuner.apply_best(log): f = tuner.build_op(...)``, then
   ``for _ in range(n): f(a, b, out=c)`` timed by ``time.perf_counter`` over
-  blocks of about ``--block`` seconds, the median block (``alloc`` is the
+  blocks of at least ``--block`` seconds (``n`` from ``tuner.measure.timer``,
+  as the runner's), the median block (``alloc`` is the
   same loop calling ``f(a, b)``, which allocates its output each call).
 
 The bar is a user's loop within 5 % of the runner: ``user / runner <= 1.05``.
@@ -44,12 +45,14 @@ WORKLOADS = {
     "matmul_small": "matmul M=24 N=20 K=17",
 }
 
-#: The user's process: nothing of the tuner's but the public API.
+#: The user's process: nothing of the tuner's but the public API, and the timing loop
+#: the runner uses (``tuner.measure.timer``) so that both sides count their calls alike.
 USER = textwrap.dedent(
     """
-    import json, statistics, sys, time, warnings
+    import json, statistics, sys, warnings
     import numpy as np
     import tuner
+    from tuner.measure.timer import loop_seconds, reps_for
     from search_spaces import get_operator
     op_name, args, log, block, blocks, threads = json.loads(sys.argv[1])
     warnings.simplefilter("ignore")
@@ -65,21 +68,9 @@ USER = textwrap.dedent(
     out = f(*inputs)
     result = {"config": f.config, "from_log": f.record is not None}
     for name, call in (("user", lambda: f(*inputs, out=out)), ("alloc", lambda: f(*inputs))):
-        n = 1
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                call()
-            if time.perf_counter() - t0 >= block:
-                break
-            n *= 2
-        times = []
-        for _ in range(blocks):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                call()
-            times.append((time.perf_counter() - t0) / n)
-        result[name] = statistics.median(times)
+        seconds = loop_seconds(call)
+        n, _ = reps_for(seconds, block)
+        result[name] = statistics.median([seconds(n) / n for _ in range(blocks)])
     print("RESULT " + json.dumps(result))
     """
 )

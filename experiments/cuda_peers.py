@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tuner.measure.timer import reps_for as timer_reps_for
+
 __all__ = [
     "CupyTimer",
     "EventTimer",
@@ -83,14 +85,12 @@ class TorchTimer(EventTimer):
         return float(start.elapsed_time(stop))
 
 
-def reps_for(timer: Any, min_sample: float, cap: int = 1 << 14) -> int:
-    """Launches per sample so that a sample lasts at least ``min_sample`` seconds."""
-    n = 1
-    while True:
-        dt = timer.seconds(n)
-        if dt >= min_sample or n >= cap:
-            return n
-        n = min(cap, max(2 * n, int(n * min_sample / max(dt, 1e-9)) + 1))
+def reps_for(timer: Any, min_sample: float) -> int:
+    """Launches per sample so that a sample lasts at least ``min_sample`` seconds.
+
+    The runner's count (``tuner.measure.timer``), so peers and ours are timed alike.
+    """
+    return timer_reps_for(timer.seconds, min_sample)[0]
 
 
 def interleaved(

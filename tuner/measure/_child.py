@@ -15,6 +15,7 @@ from records import ErrorKind
 from ._signals import exit_with_parent
 from ._types import Candidate, MeasureOptions
 from .interleave import REST_SECONDS
+from .timer import loop_seconds, reps_for
 
 
 def _short(exc: BaseException) -> str:
@@ -78,23 +79,18 @@ class _Calls:
 
     def __init__(self, fn: Callable[[], Any]):
         self.fn = fn
+        self.seconds = loop_seconds(fn)
 
     def run(self) -> None:
         self.fn()
-
-    def seconds(self, reps: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            self.fn()
-        return time.perf_counter() - t0
 
 
 def _time(timer: Any, opts: MeasureOptions) -> list[float]:
     """Samples of one run's seconds: ``timer.run()`` warms up, ``timer.seconds(reps)`` times.
 
     Each sample is the mean of as many runs as fill ``min_sample_seconds``
-    (a kernel of microseconds is timed over many launches, between two CUDA
-    events on a GPU: see ``tuner.codegen.Timer``).
+    (``tuner.measure.timer``; between two CUDA events on a GPU, see
+    ``tuner.codegen.Timer``). The block that settles the count is the first sample.
     """
     for _ in range(opts.warmup):
         timer.run()
@@ -102,12 +98,7 @@ def _time(timer: Any, opts: MeasureOptions) -> list[float]:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < opts.warm_seconds:
             timer.seconds(1)
-    reps = 1
-    while True:
-        elapsed = timer.seconds(reps)
-        if elapsed >= opts.min_sample_seconds or reps >= 1 << 20:
-            break
-        reps *= 2 if elapsed <= 0 else max(2, int(opts.min_sample_seconds / elapsed) + 1)
+    reps, elapsed = reps_for(timer.seconds, opts.min_sample_seconds)
     samples = [elapsed / reps]
     while len(samples) < opts.samples:
         samples.append(timer.seconds(reps) / reps)

@@ -3,7 +3,8 @@
 What ``tuner build`` and the benchmarks use to put a tuned kernel beside its
 peers (NumPy, PyTorch). On a shared machine the load drifts over seconds, so
 each round times every function once, in a rotating order, and each one's
-figure is the median of its rounds. Before each timed block:
+figure is the median of its rounds. A block holds as many calls as last
+``min_sample`` seconds (``tuner.measure.timer``). Before each timed block:
 
 - a rest (``REST_SECONDS``): OpenBLAS's and OpenMP's worker threads spin for
   about 0.1 s after a call and took the second core from whatever ran next
@@ -21,23 +22,17 @@ import statistics
 import time
 from collections.abc import Callable
 
+from .timer import loop_seconds, reps_for
+
 __all__ = ["REST_SECONDS", "WARM_SECONDS", "calls_per_sample", "interleaved", "medians"]
 
 REST_SECONDS = 0.25
 WARM_SECONDS = 0.2
 
 
-def calls_per_sample(fn: Callable[[], object], min_sample: float, cap: int = 1 << 16) -> int:
+def calls_per_sample(fn: Callable[[], object], min_sample: float) -> int:
     """How many back-to-back calls of ``fn`` last at least ``min_sample`` seconds."""
-    n = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        dt = time.perf_counter() - t0
-        if dt >= min_sample or n >= cap:
-            return n
-        n = min(cap, max(2 * n, int(n * min_sample / max(dt, 1e-9)) + 1))
+    return reps_for(loop_seconds(fn), min_sample)[0]
 
 
 def _warm(fn: Callable[[], object], seconds: float) -> None:
@@ -54,18 +49,16 @@ def interleaved(
     warm: float = WARM_SECONDS,
 ) -> dict[str, list[float]]:
     """Seconds per call of each function, one sample per round (rounds rotate the order)."""
-    reps = {name: calls_per_sample(fn, min_sample) for name, fn in fns.items()}
+    seconds = {name: loop_seconds(fn) for name, fn in fns.items()}
+    reps = {name: reps_for(s, min_sample)[0] for name, s in seconds.items()}
     names = list(fns)
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn, n = fns[name], reps[name]
+            n = reps[name]
             time.sleep(rest)
-            _warm(fn, warm)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / n)
+            _warm(fns[name], warm)
+            samples[name].append(seconds[name](n) / n)
     return samples
 
 
