@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from records import Record
@@ -31,9 +32,31 @@ def test_compute_bound_rates_are_gflops() -> None:
 
 
 def test_the_summary_shows_the_best_beside_numpy() -> None:
-    assert "NumPy reference, timed in the same runner: 5.000 ms; best is 2.50x NumPy" in _show(None)
+    assert (
+        "NumPy reference, timed in the same runner: 5.000 ms; best is 2.5x faster than NumPy"
+        in _show(None)
+    )
 
 
 def test_memory_bound_rates_are_gbytes_per_second() -> None:
     text = _show(bytes_moved=6e9)
     assert "best: 3000.0 GB/s, 2.000 ms" in text and "GFLOP/s" not in text
+
+
+@pytest.mark.parametrize(
+    ("ours", "peer", "text"),
+    [
+        (1.0, 360.0, "360x faster than NumPy"),
+        (360.0, 1.0, "360x slower than NumPy"),
+        (20.0, 1.0, "20x slower than NumPy"),
+        (1.0, 3.2, "3.2x faster than NumPy"),
+        (1.0, 1.04, "1.04x faster than NumPy"),
+        (1.0, 1.002, "even with NumPy"),
+    ],
+)
+def test_a_comparison_reads_faster_or_slower_never_a_small_fraction(
+    ours: float, peer: float, text: str
+) -> None:
+    from tuner.cli.text import speed
+
+    assert speed(ours, peer, "NumPy") == text

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .options import positive
+from .text import speed
 
 __all__ = ["add_commands"]
 
@@ -117,7 +118,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     )
     if "onnxruntime" in times:
         ort = times["onnxruntime"]
-        line += f", onnxruntime {ort * 1e3:.3f} ms ({ort / mine:.2f}x onnxruntime)"
+        line += f", onnxruntime {ort * 1e3:.3f} ms ({speed(mine, ort, 'onnxruntime')})"
     console.print(line)
     return 0
 
@@ -145,7 +146,7 @@ def profile_table(df: Any, top: int) -> str:
     """The ``top`` slowest kernels (and onnxruntime's own nodes), then both totals."""
     has_ort = "ort_ms" in df.columns
     head = f"{'ms':>9} {'share':>6}  {'schedule':<8}"
-    head += f" {'ort ms':>9} {'speed':>7}" if has_ort else ""
+    head += f" {'ort ms':>9} {'speed':>12}" if has_ort else ""
     lines = [f"{head}  {'ops':<24} {'shape':<16} nodes"]
     order = df.sort_values(["ms", "ort_ms"] if has_ort else ["ms"], ascending=False)
     for _, r in order.head(top).iterrows():
@@ -157,22 +158,15 @@ def profile_table(df: Any, top: int) -> str:
         )
         if has_ort:
             ort = r["ort_ms"]
-            speed = _speed(r["speed"]) if ours and ort == ort else "-"
-            line += f" {ort:>9.3f} {speed:>7}" if ort == ort else f" {'-':>9} {'-':>7}"
+            ratio = speed(r["ms"], ort) if ours and ort == ort else "-"
+            line += f" {ort:>9.3f} {ratio:>12}" if ort == ort else f" {'-':>9} {'-':>12}"
         nodes = str(r["nodes"])
         lines.append(f"{line}  {str(r['ops'])[:24]:<24} {str(r['shape'])[:16]:<16} {nodes[:60]}")
     total = f"total: {df['ms'].sum():.3f} ms in {int(df['ms'].notna().sum())} kernels"
     if has_ort:
         ort_total = df["ort_ms"].sum()
-        total += f"; onnxruntime {ort_total:.3f} ms ({_speed(ort_total / df['ms'].sum())})"
+        total += f"; onnxruntime {ort_total:.3f} ms ({speed(df['ms'].sum(), ort_total)})"
     return "\n".join([*lines, total])
-
-
-def _speed(ratio: float) -> str:
-    """A speed ratio people read: ``3.2x faster`` or ``20x slower``."""
-    if ratio >= 1:
-        return f"{ratio:.2g}x faster" if ratio >= 1.005 else "even"
-    return f"{1 / ratio:.2g}x slower"
 
 
 def _ort_session(model: Path, threads: int) -> Any:

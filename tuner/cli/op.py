@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .options import add_search_flags, positive
+from .text import speed
 
 __all__ = ["add_commands"]
 
@@ -149,7 +150,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
     source = f"record of trial {f.record.trial}" if f.record else "the default schedule"
     console.print(f"{f.workload.key}: built from {source}; matches NumPy")
     console.print(
-        f"median of {ns.repeat}: tuned {a * 1e3:.3f} ms, NumPy {b * 1e3:.3f} ms ({b / a:.2f}x NumPy)"
+        f"median of {ns.repeat}: tuned {a * 1e3:.3f} ms, NumPy {b * 1e3:.3f} ms ({speed(a, b, 'NumPy')})"
     )
     return 0
 

@@ -18,6 +18,7 @@ from rich.text import Text
 from records import Record
 
 from ..tuning.tune import TuneProgress, TuneResult
+from .text import speed
 
 if TYPE_CHECKING:
     from ..tuning.tune_model import ModelProgress, ModelTuneResult
@@ -80,7 +81,7 @@ class TuneDisplay:
             if r.numpy_seconds is not None:
                 c.print(
                     f"NumPy reference, timed in the same runner: {r.numpy_seconds * 1e3:.3f} ms; "
-                    f"best is {r.numpy_seconds / r.best.median:.2f}x NumPy"
+                    f"best is {speed(r.best.median, r.numpy_seconds, 'NumPy')}"
                 )
         c.print(f"log: {log}")
 
@@ -164,7 +165,7 @@ class ModelTuneDisplay:
             table.add_column(col, justify="left" if col in ("task", "ops") else "right")
         for t in sorted(r.tasks, key=lambda t: -(r.share(t) or 0.0)):
             gain = (
-                f"{t.default_seconds / t.best_seconds:.2f}x"
+                speed(t.best_seconds, t.default_seconds)
                 if t.default_seconds and t.best_seconds
                 else "-"
             )
@@ -189,7 +190,7 @@ class ModelTuneDisplay:
             c.print(
                 f"estimated model latency (weighted sum of kernel times): default "
                 f"{_ms(r.default_latency)} ms, tuned {_ms(r.latency)} ms "
-                f"({r.default_latency / r.latency:.2f}x)"
+                f"({speed(r.latency, r.default_latency)})"
             )
         c.print(f"log: {log}")
 
