@@ -10,7 +10,8 @@ from records import LogWriter, Record
 from search_spaces import get_operator
 from tuner.search.model_based import ModelBasedSearch
 from tuner.target import Target
-from tuner.tuning.tune import _featurizer, transfer_data
+from tuner.tuning.context import featurizer as _featurizer
+from tuner.tuning.context import transfer_data
 from tuner.workload import Workload
 
 

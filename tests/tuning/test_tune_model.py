@@ -188,9 +188,9 @@ def test_a_task_with_no_measurement_of_its_own_starts_ranked_by_the_shared_model
 def test_the_command_tunes_a_model_and_prints_the_table(
     mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tuner.tuning.tune_model
+    import tuner.tuning.context
 
-    monkeypatch.setattr(tuner.tuning.tune_model, "Measurer", lambda *a, **kw: Simulated())
+    monkeypatch.setattr(tuner.tuning.context, "Measurer", lambda *a, **kw: Simulated())
     monkeypatch.setenv("COLUMNS", "200")  # a table as wide as it wants
     log = tmp_path / "tune.jsonl"
     argv = ["tune-model", str(mlp), "--trials", "12", "--log", str(log), "--threads", "1"]
@@ -204,11 +204,9 @@ def test_the_command_tunes_a_model_and_prints_the_table(
 def test_ctrl_c_in_the_command_keeps_the_log(
     mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tuner.tuning.tune_model
+    import tuner.tuning.context
 
-    monkeypatch.setattr(
-        tuner.tuning.tune_model, "Measurer", lambda *a, **kw: Simulated(stop_after=9)
-    )
+    monkeypatch.setattr(tuner.tuning.context, "Measurer", lambda *a, **kw: Simulated(stop_after=9))
     log = tmp_path / "tune.jsonl"
     argv = ["tune-model", str(mlp), "--trials", "40", "--log", str(log), "--strategy", "random"]
     assert main([*argv, "--batch", "4", "--threads", "1"]) == 130

@@ -1,8 +1,9 @@
 """The tuning loop of one operator workload: a thin loop over its TaskTuner; resumable.
 
 The search of one task lives in ``tuner.task.TaskTuner`` (``step(n)``:
-propose, measure, log, learn); this module adds the stopping rules, the
-progress reports, the re-timing of the leaders and the NumPy baseline.
+propose, measure, log, learn), opened in a ``TuneContext`` (measurer, log,
+clock, re-timing; ``tuner.tuning.context``); this module adds the stopping
+rules, the progress reports as a batch hook and the NumPy baseline.
 
 >>> result = tune("matmul", {"M": 512, "N": 512, "K": 512}, TuneOptions(trials=64))
 >>> result.best.gflops
@@ -10,25 +11,22 @@ progress reports, the re-timing of the leaders and the NumPy baseline.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from records import LogWriter, Record, load
+from records import Record, load
 
 from ..measure import MeasureOptions, Measurer, ReplayMeasurer
-from ..search import Strategy, get_strategy
-from ..search.storage import StorageError
 from ..search.study import CLAIM_TIMEOUT
-from ..space import Config, ConfigError, ConfigSpace
 from ..target import Target
 from ..task import Task, TaskTuner
 from ..workload import Workload
-from .shared_model import SharedCostModel, share_cost_model
+from .context import BatchHook, TuneContext
+from .shared_model import SharedCostModel
 
 __all__ = ["TuneOptions", "TuneProgress", "TuneResult", "tune"]
 
@@ -128,177 +126,75 @@ def tune(
     space = task.space
     if replay is not None:
         space = space.restricted(replay.keys, "measured in the replayed log")
-    strategy = task_strategy(task, space, opts)
-    if shared is not None:
-        share_cost_model(strategy, shared[0], shared[1], task)
     logged = load(opts.log, target_kind=target.kind) if opts.log.exists() else []
-
-    start = time.monotonic()
+    model, index = shared if shared is not None else (None, None)
     stopped = "trial budget reached"
-    runner: Any = (
-        replay
-        or (contextlib.nullcontext(measurer) if measurer is not None else None)
-        or Measurer(opts.measure, threads=target.threads)
-    )
-    with runner as measurer, LogWriter(opts.log) as log:
-        tuner = TaskTuner(task, strategy, measurer, log, canonical_records(logged), space)
+    with TuneContext(opts, target, measurer=replay or measurer, shared=model) as ctx:
+        tuner = ctx.tuner(task, canonical_records(logged), space=space, shared_index=index)
         tuner.budget = opts.trials
-        best, errors, since_best = tuner.best, 0, 0
-        try:
-            while tuner.done < opts.trials:
-                if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
-                    stopped = "time limit reached"
+        watch = _SinceBest(tuner.best)
+        ctx.on_batch.append(watch)
+        if progress is not None:
+            ctx.on_batch.append(_reporter(progress, opts.trials, ctx, tuner.best))
+        while tuner.done < opts.trials:
+            if ctx.out_of_time():
+                stopped = "time limit reached"
+                break
+            if opts.early_stopping is not None and watch.since >= opts.early_stopping:
+                stopped = f"no improvement in {opts.early_stopping} trials"
+                break
+            if not ctx.step(0, min(opts.batch, opts.trials - tuner.done)):
+                if tuner.exhausted:
+                    stopped = "search space exhausted"
                     break
-                if opts.early_stopping is not None and since_best >= opts.early_stopping:
-                    stopped = f"no improvement in {opts.early_stopping} trials"
-                    break
-                records = tuner.step(min(opts.batch, opts.trials - tuner.done))
-                if not records:
-                    if tuner.exhausted:
-                        stopped = "search space exhausted"
-                        break
-                    time.sleep(_WAIT)  # the rest of the budget is claimed by other workers
-                    continue
-                # done counts the batch once told (own) or as of the claims (shared)
-                first = tuner.done + 1 - (len(records) if tuner.shared is None else 0)
-                for i, rec in enumerate(records):
-                    errors += not rec.ok
-                    if rec.ok and (best is None or rec.median < best.median):
-                        best, since_best = rec, 0
-                    else:
-                        since_best += 1
-                    if progress is not None:
-                        elapsed = time.monotonic() - start
-                        progress(TuneProgress(first + i, opts.trials, rec, best, errors, elapsed))
-        except StorageError as exc:
-            raise StorageError(f"{exc}; {opts.log} keeps every measurement made") from None
-        finally:
-            tuner.close()
+                time.sleep(_WAIT)  # the rest of the budget is claimed by other workers
         measured = tuner.trials
-        if replay is None and opts.retime > 0 and measured > 0:
-            tuner.retime(opts.retime)
+        if replay is None:
+            ctx.retime()
         numpy_seconds = None
-        if isinstance(measurer, Measurer) and opts.baseline and measured > 0:
-            base = measurer.baseline(task.candidate({}))
+        if isinstance(ctx.measurer, Measurer) and opts.baseline and measured > 0:
+            base = ctx.measurer.baseline(task.candidate({}))
             numpy_seconds = statistics.median(base.samples) if base.ok else None
     return TuneResult(
         task.workload,
         target,
         measured,
         len(tuner.prior),
-        errors,
+        ctx.errors,
         tuner.best,
-        time.monotonic() - start,
+        ctx.elapsed,
         stopped,
         numpy_seconds,
     )
 
 
-def task_strategy(task: Task, space: ConfigSpace, opts: TuneOptions) -> Strategy:
-    """The search strategy ``opts`` names for ``task``, over ``space``.
+class _SinceBest:
+    """The best record so far and how many records came since it improved (early stopping)."""
 
-    Its trials live in the Optuna study named by the task's key and the
-    hardware's fingerprint (when ``opts.storage`` is given), whichever
-    strategy runs it; the cost model
-    sees knob encodings and loop-nest features, warm-started from
-    ``opts.transfer_from``.
-    """
-    extra: dict[str, Any] = {}
-    if opts.storage:
-        extra = {
-            "storage": opts.storage,
-            "study_name": task.study_name,
-            "claim_timeout": opts.claim_timeout,
-        }
-    featurize = _featurizer(task.operator, task.args, space, task.target)
-    if opts.transfer_from:
-        extra["transfer"] = transfer_data(
-            opts.transfer_from, task.workload, task.target, space, featurize
-        )
-    return get_strategy(
-        opts.strategy,
-        space,
-        seed=opts.seed,
-        workload=task.workload,
-        target=task.target,
-        features=featurize,
-        **extra,
-    )
+    def __init__(self, best: Record | None):
+        self.best, self.since = best, 0
+
+    def __call__(self, index: int, tuner: TaskTuner, records: list[Record]) -> None:
+        for rec in records:
+            if rec.ok and (self.best is None or rec.median < self.best.median):
+                self.best, self.since = rec, 0
+            else:
+                self.since += 1
 
 
-def _featurizer(
-    op: Any, args: dict[str, Any], space: Any, target: Target
-) -> Callable[[Config], Any]:
-    """Knob encoding plus the features of the lowered loop nest (what carries across workloads)."""
-    import numpy as np
+def _reporter(
+    progress: Callable[[TuneProgress], None], total: int, ctx: TuneContext, best: Record | None
+) -> BatchHook:
+    """The ``progress`` callback as a batch hook: each trial's number, the best so far, errors."""
+    watch = _SinceBest(best)
 
-    from cost_models import loop_features
+    def report(index: int, tt: TaskTuner, records: list[Record]) -> None:
+        # done counts the batch once told (own) or as of the claims (shared)
+        first = tt.done + 1 - (len(records) if tt.shared is None else 0)
+        errors = ctx.errors - sum(not r.ok for r in records)
+        for i, rec in enumerate(records):
+            watch(index, tt, [rec])
+            errors += not rec.ok
+            progress(TuneProgress(first + i, total, rec, watch.best, errors, ctx.elapsed))
 
-    from ..lower.lower import lower
-
-    def features(cfg: Config) -> Any:
-        sched, tensors = op.schedule(cfg, args, target)
-        return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors), target)])
-
-    return features
-
-
-#: At most this many records of each other workload are learnt from (the fastest first).
-TRANSFER_PER_WORKLOAD = 400
-
-
-def transfer_data(
-    logs: Sequence[Path],
-    workload: Workload,
-    target: Target,
-    space: Any,
-    featurize: Callable[[Config], Any],
-) -> tuple[Any, Any, Any] | None:
-    """Features, seconds and group labels of other workloads' records, for the cost model.
-
-    Each other workload of the target's kind is one ranking group. Its configs
-    are lowered with its own arguments, so the loop-nest features describe the
-    program that was timed; the knob part of the features is this space's
-    encoding when the config fits this space, NaN otherwise (XGBoost treats
-    NaN as missing). Records that no longer validate are skipped.
-    """
-    import numpy as np
-
-    from cost_models import loop_features
-    from search_spaces import OperatorError, canonical_records, get_operator
-
-    from ..lower.lower import lower
-
-    by_workload: dict[str, list[Record]] = {}
-    for path in logs:
-        for r in canonical_records(load(path, target_kind=target.kind)):
-            if r.workload != workload:
-                by_workload.setdefault(r.workload.key, []).append(r)
-    knob_width = len(space.feature_names())
-    rows, seconds, groups = [], [], []
-    for group, records in enumerate(by_workload.values(), start=1):
-        w = records[0].workload
-        try:
-            other = get_operator(w.op)
-            other_args = other.parse_args(w.as_dict())
-            spaces = {t: other.space(other_args, t) for t in {r.target for r in records}}
-        except (OperatorError, ConfigError):
-            continue
-        records = sorted(records, key=lambda r: r.median)[:TRANSFER_PER_WORKLOAD]
-        for r in records:
-            try:  # each config on the target it was measured on
-                cfg = spaces[r.target].validate(r.config)
-                sched, tensors = other.schedule(cfg, other_args, r.target)
-                nest = loop_features(lower(sched, tensors), r.target)
-            except Exception:  # an older space or a template that changed: skip it
-                continue
-            try:
-                knobs = np.asarray(featurize(space.validate(r.config)))[:knob_width]
-            except ConfigError:
-                knobs = np.full(knob_width, np.nan)
-            rows.append(np.concatenate([knobs, nest]))
-            seconds.append(r.median)
-            groups.append(group)
-    if not rows:
-        return None
-    return np.vstack(rows), np.asarray(seconds), np.asarray(groups, dtype=np.int64)
+    return report

@@ -15,7 +15,6 @@ trials already in the log.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import statistics
@@ -25,16 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from records import ErrorKind, LogWriter, Record, config_key, load
+from records import ErrorKind, Record, config_key, load
 from records.log import RETIME
 
-from ..measure import Measurer
 from ..space import ConfigError
 from ..target import Target
 from ..task import Task, TaskTuner
+from .context import BatchHook, TuneContext
 from .scheduler import TaskInfo, get_scheduler
-from .shared_model import SharedCostModel, share_cost_model
-from .tune import TuneOptions, task_strategy
+from .shared_model import SharedCostModel
+from .tune import TuneOptions
 
 __all__ = [
     "ModelProgress",
@@ -190,50 +189,31 @@ def tune_model(
     defaults = [_default_seconds(k, p) for k, p in zip(default_keys, priors, strict=True)]
 
     shared = SharedCostModel(opts.strategy, seed=opts.seed) if opts.strategy == "xgb" else None
-    start = time.monotonic()
-    errors = 0
     stopped = "trial budget reached"
-    runner = (
-        contextlib.nullcontext(measurer)
-        if measurer is not None
-        else Measurer(opts.measure, threads=target.threads)
-    )
-    with runner as meter, LogWriter(opts.log) as log, contextlib.ExitStack() as claims:
-        tuners = []
-        for i, (mt, prior) in enumerate(zip(mtasks, priors, strict=True)):
-            strategy = task_strategy(mt.task, mt.task.space, opts)
-            if shared is not None:
-                share_cost_model(strategy, shared, i, mt.task)
-            tuners.append(TaskTuner(mt.task, strategy, meter, log, prior))
-            claims.callback(tuners[-1].close)  # a shared study's claims go back at any exit
+    with TuneContext(opts, target, measurer=measurer, shared=shared) as ctx:
+        tuners = [ctx.tuner(mt.task, prior) for mt, prior in zip(mtasks, priors, strict=True)]
+        # after each batch: the scheduler hears of it, then the default's time, then the report
+        ctx.on_batch += [_told(sched), _default_seen(default_keys, defaults)]
+        if progress is not None:
+            ctx.on_batch.append(_reporter(progress, sched, mtasks, defaults, opts.trials, ctx))
         if resumed >= opts.trials:
             stopped = f"the budget of {opts.trials} trials was spent before (in the log)"
         while sched.total_trials < opts.trials:
-            if opts.time_limit is not None and time.monotonic() - start >= opts.time_limit:
+            if ctx.out_of_time():
                 stopped = "time limit reached"
                 break
             pick = sched.next_task()
             if pick is None:
                 stopped = "every task is exhausted or stopped improving"
                 break
-            i, tt = pick, tuners[pick]
-            records = tt.step(min(opts.batch, opts.trials - sched.total_trials))
-            sched.tell(i, len(records), tt.best.median if tt.best is not None else math.inf)
-            for k, rec in enumerate(records):
-                errors += not rec.ok
-                if defaults[i] is None and rec.ok and config_key(rec.config) == default_keys[i]:
-                    defaults[i] = rec.median
-                if progress is not None:
-                    done = sched.total_trials - len(records) + k + 1
-                    progress(
-                        _progress(sched, mtasks, defaults, i, rec, done, opts.trials, errors, start)
-                    )
-        if opts.retime > 0:
-            for i, tt in enumerate(tuners):
-                if tt.trials > 0:
-                    key = default_keys[i]
-                    tt.retime(opts.retime, also=(key,) if key is not None else ())
-                    defaults[i] = _default_seconds(key, tt.prior + tt.written) or defaults[i]
+            if not ctx.step(pick, min(opts.batch, opts.trials - sched.total_trials)):
+                _told(sched)(pick, tuners[pick], [])  # nothing left to measure: the task drops out
+        ctx.retime(also=lambda i: [k for k in default_keys[i : i + 1] if k is not None])
+        for i, tt in enumerate(tuners):
+            if tt.trials > 0:
+                defaults[i] = (
+                    _default_seconds(default_keys[i], tt.prior + tt.written) or defaults[i]
+                )
     rows = tuple(
         TaskSummary(
             mt.task.key,
@@ -247,9 +227,8 @@ def tune_model(
         for i, (mt, tt) in enumerate(zip(mtasks, tuners, strict=True))
     )
     measured = sched.total_trials - resumed
-    elapsed = time.monotonic() - start
     return ModelTuneResult(
-        rows, opts.trials, measured, resumed, errors, elapsed, stopped, sched.name
+        rows, opts.trials, measured, resumed, ctx.errors, ctx.elapsed, stopped, sched.name
     )
 
 
@@ -310,6 +289,46 @@ def _weighted(pairs: Sequence[tuple[int, float | None]]) -> float | None:
     if any(s is None for _, s in pairs):
         return None
     return sum(w * s for w, s in pairs if s is not None)
+
+
+def _told(sched: Any) -> BatchHook:
+    """A batch hook telling the scheduler how many trials a task spent and its best since."""
+
+    def tell(i: int, tt: TaskTuner, records: list[Record]) -> None:
+        sched.tell(i, len(records), tt.best.median if tt.best is not None else math.inf)
+
+    return tell
+
+
+def _default_seen(keys: list[str | None], defaults: list[float | None]) -> BatchHook:
+    """A batch hook noting each task's default schedule's time when a batch measured it."""
+
+    def seen(i: int, tt: TaskTuner, records: list[Record]) -> None:
+        for rec in records:
+            if defaults[i] is None and rec.ok and config_key(rec.config) == keys[i]:
+                defaults[i] = rec.median
+
+    return seen
+
+
+def _reporter(
+    progress: Callable[[ModelProgress], None],
+    sched: Any,
+    mtasks: list[ModelTask],
+    defaults: list[float | None],
+    budget: int,
+    ctx: TuneContext,
+) -> BatchHook:
+    """The ``progress`` callback as a batch hook: one report per measured record."""
+
+    def report(i: int, tt: TaskTuner, records: list[Record]) -> None:
+        errors = ctx.errors - sum(not r.ok for r in records)
+        for k, rec in enumerate(records):
+            errors += not rec.ok
+            done = sched.total_trials - len(records) + k + 1
+            progress(_progress(sched, mtasks, defaults, i, rec, done, budget, errors, ctx.start))
+
+    return report
 
 
 def _progress(
