@@ -94,9 +94,26 @@ def strategies() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_strategy(name: str, space: ConfigSpace, seed: int = 0, **options: Any) -> Strategy:
-    """The strategy registered as ``name`` (``random``, ``grid``, ``tpe``, ``xgb``, ...)."""
+def get_strategy(
+    name: str,
+    space: ConfigSpace,
+    seed: int = 0,
+    *,
+    storage: str | None = None,
+    study_name: str | None = None,
+    claim_timeout: float | None = None,
+    **options: Any,
+) -> Strategy:
+    """The strategy registered as ``name`` (``random``, ``grid``, ``tpe``, ``xgb``, ...).
+
+    ``storage``, ``study_name`` and ``claim_timeout`` say where its study lives
+    (a :class:`~tuner.search.study.StudyPlace`); the other options are the strategy's own.
+    """
+    from .study import CLAIM_TIMEOUT, StudyPlace
+
     known = strategies()
     if name not in _REGISTRY:
         raise StrategyError(f"unknown strategy {name!r}; known strategies: {', '.join(known)}")
-    return _REGISTRY[name](space, seed=seed, **options)
+    timeout = CLAIM_TIMEOUT if claim_timeout is None else claim_timeout
+    place = StudyPlace(storage, study_name, timeout)
+    return _REGISTRY[name](space, seed=seed, place=place, **options)

@@ -6,26 +6,16 @@ from typing import Any
 
 from ..space import Config, ConfigSpace
 from .base import Strategy, StrategyError, register_strategy
-from .study import CLAIM_TIMEOUT, KnobStudy
+from .study import IN_MEMORY, KnobStudy, StudyPlace
 
 __all__ = ["GridSearch", "KnobStudy", "OptunaSearch", "RandomSearch"]
 
 
-def _shared_study(
-    space: ConfigSpace,
-    seed: int,
-    storage: str | None,
-    study_name: str | None,
-    claim_timeout: float,
-) -> KnobStudy | None:
+def _shared_study(place: StudyPlace, space: ConfigSpace, seed: int) -> KnobStudy | None:
     """For a strategy without a sampler: a study only when it is kept in a storage."""
     import optuna
 
-    if storage is None:
-        return None
-    return KnobStudy(
-        space, optuna.samplers.RandomSampler(seed=seed), storage, study_name, claim_timeout
-    )
+    return place.open(space, optuna.samplers.RandomSampler(seed=seed)) if place.shared else None
 
 
 @register_strategy("random")
@@ -38,13 +28,11 @@ class RandomSearch(Strategy):
         self,
         space: ConfigSpace,
         seed: int = 0,
-        storage: str | None = None,
-        study_name: str | None = None,
-        claim_timeout: float = CLAIM_TIMEOUT,
+        place: StudyPlace = IN_MEMORY,
         **options: Any,
     ):
         super().__init__(space, seed)
-        self.study = _shared_study(space, seed, storage, study_name, claim_timeout)
+        self.study = _shared_study(place, space, seed)
 
     def propose(self, n: int, exclude: set[str]) -> list[Config]:
         return self.space.sample_many(self.rng, n, exclude=exclude)
@@ -60,14 +48,12 @@ class GridSearch(Strategy):
         self,
         space: ConfigSpace,
         seed: int = 0,
-        storage: str | None = None,
-        study_name: str | None = None,
-        claim_timeout: float = CLAIM_TIMEOUT,
+        place: StudyPlace = IN_MEMORY,
         **options: Any,
     ):
         super().__init__(space, seed)
         self._points = space.enumerate()
-        self.study = _shared_study(space, seed, storage, study_name, claim_timeout)
+        self.study = _shared_study(place, space, seed)
 
     def propose(self, n: int, exclude: set[str]) -> list[Config]:
         out: list[Config] = []
@@ -89,16 +75,12 @@ class OptunaSearch(Strategy):
         space: ConfigSpace,
         seed: int = 0,
         sampler: str = "tpe",
-        storage: str | None = None,
-        study_name: str | None = None,
-        claim_timeout: float = CLAIM_TIMEOUT,
+        place: StudyPlace = IN_MEMORY,
         **options: Any,
     ):
         super().__init__(space, seed)
         self.name = sampler
-        self.study: KnobStudy = KnobStudy(
-            space, _sampler(sampler, seed), storage, study_name, claim_timeout
-        )
+        self.study: KnobStudy = place.open(space, _sampler(sampler, seed))
 
     #: Rejected asks in a row after which the rest of a batch is drawn at random.
     max_misses = 16

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 from .base import Observation, Strategy, register_strategy
-from .study import CLAIM_TIMEOUT, KnobStudy
+from .study import IN_MEMORY, KnobStudy, StudyPlace
 
 #: Features of one config (knob encoding, loop-nest features of its lowering, ...).
 Featurizer = Callable[[Config], np.ndarray]
@@ -38,9 +38,7 @@ class ModelBasedSearch(Strategy):
         explore: float = 0.125,
         rounds: int = 2,
         min_observations: int = 8,
-        storage: str | None = None,
-        study_name: str | None = None,
-        claim_timeout: float = CLAIM_TIMEOUT,
+        place: StudyPlace = IN_MEMORY,
         transfer: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         **options: Any,
     ):
@@ -50,9 +48,7 @@ class ModelBasedSearch(Strategy):
         from cost_models import get_cost_model
 
         #: Proposals become its trials when claimed or told (its sampler is never asked).
-        self.study: KnobStudy = KnobStudy(
-            space, optuna.samplers.RandomSampler(seed=seed), storage, study_name, claim_timeout
-        )
+        self.study: KnobStudy = place.open(space, optuna.samplers.RandomSampler(seed=seed))
         self.name = model
         self.model = get_cost_model(model, seed=seed)
         self.featurize = features or space.encode

@@ -38,7 +38,7 @@ from typing import Any
 from ..space import Config, ConfigError, ConfigSpace
 from .storage import Storage, open_storage, storage_errors
 
-__all__ = ["KnobStudy", "Snapshot"]
+__all__ = ["IN_MEMORY", "KnobStudy", "Snapshot", "StudyPlace"]
 
 #: Seconds without a heartbeat after which a worker's claims are released.
 CLAIM_TIMEOUT = 60.0
@@ -73,6 +73,32 @@ class Snapshot:
     @property
     def taken(self) -> set[str]:
         return set(self.finished) | set(self.claimed)
+
+
+@dataclass(frozen=True)
+class StudyPlace:
+    """Where a strategy's Optuna study lives: in memory, or named in a storage workers share.
+
+    Every strategy is given one (``get_strategy`` builds it from the
+    ``storage``, ``study_name`` and ``claim_timeout`` options) and opens its
+    study here, so the three travel together and are read in one place.
+    """
+
+    storage: str | None = None
+    name: str | None = None
+    #: Seconds a dead worker's claims are held before others measure those configs.
+    claim_timeout: float = CLAIM_TIMEOUT
+
+    @property
+    def shared(self) -> bool:
+        return self.storage is not None
+
+    def open(self, space: ConfigSpace, sampler: Any) -> KnobStudy:
+        return KnobStudy(space, sampler, self.storage, self.name, self.claim_timeout)
+
+
+#: A study of this process alone (the place of a strategy given none).
+IN_MEMORY = StudyPlace()
 
 
 class KnobStudy:
