@@ -101,6 +101,14 @@ _V1_KEYS = frozenset(  # the top-level keys of the version 1 line format
 _LINE_KEYS = _V1_KEYS | {"schedule"}  # the top-level keys of the current line format
 
 
+def iqr(samples: Sequence[float]) -> float:
+    """The interquartile range of ``samples`` (0 with fewer than two): how far they spread."""
+    if len(samples) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q3 - q1
+
+
 def config_key(config: Mapping[str, Any]) -> str:
     """Canonical text of a config (sorted keys, lists and tuples alike).
 
@@ -243,6 +251,16 @@ class Record:
         if not self.ok or not self.samples:
             return math.inf
         return statistics.median(self.samples)
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range of the samples, seconds: how far its timings spread.
+
+        0 with fewer than two samples; ``inf`` unless ok with samples, as ``median``.
+        """
+        if not self.ok or not self.samples:
+            return math.inf
+        return iqr(self.samples)
 
     @property
     def gflops(self) -> float | None:

@@ -5,7 +5,8 @@ One row per measured candidate, in log order. Columns:
 - ``workload_key, op, target_kind, fingerprint, threads, trial, strategy, predicted``
   (``threads``: the thread count the candidate was timed with, 0 when the log did not say)
 - ``error_kind`` (the ``ErrorKind`` value as a string) and ``ok``
-- ``median_s, mean_s, min_s``: seconds per run, NaN unless ``ok`` -- so that a
+- ``median_s, iqr_s, mean_s, min_s``: seconds per run (``iqr_s``: the interquartile
+  range of the samples, their spread), NaN unless ``ok`` -- so that a
   wrong answer that returned early can never look like the fastest schedule;
   ``n_samples`` counts the samples of every row
 - ``gflops`` (NaN when unknown), ``build_s, run_s``
@@ -47,6 +48,7 @@ BASE_COLUMNS = (
     "error_kind",
     "ok",
     "median_s",
+    "iqr_s",
     "mean_s",
     "min_s",
     "n_samples",
@@ -73,6 +75,7 @@ def _row(record: Record) -> dict[str, Any]:
         "error_kind": record.error_kind.value,
         "ok": record.ok,
         "median_s": record.median if timed else math.nan,
+        "iqr_s": record.iqr if timed else math.nan,
         "mean_s": statistics.fmean(samples) if timed else math.nan,
         "min_s": min(samples) if timed else math.nan,
         "n_samples": len(samples),

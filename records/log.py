@@ -34,6 +34,7 @@ __all__ = [
     "best",
     "best_by_workload",
     "best_match",
+    "judged",
     "load",
     "measured_configs",
     "target_label",
@@ -259,24 +260,24 @@ def target_label(target: Target) -> str:
     return f"{target.kind}, {n} thread{'s' if n != 1 else ''}"
 
 
-def _fastest(records: Iterable[Record]) -> Record | None:
-    """The fastest config, judged on the median of all its samples, if any ran correctly.
+def judged(records: Iterable[Record]) -> list[Record]:
+    """Each correct config once, judged on the median of the samples that count for it.
 
     Records group by workload, machine (fingerprint), thread count and
-    config: a config measured more than once (re-timed at the end of a tune,
-    or by two tuners sharing a log) on one machine at one thread count is
-    judged on its records' samples pooled, so one lucky measurement does not
-    win on its own, and timings at two thread counts are never pooled. A
-    config that ever gave a wrong answer is never chosen. Where a tune
-    re-timed its leaders (strategy "retime"), the best is one of the
-    re-timed configs, judged on its re-timed samples alone: they were taken
-    side by side in one batch, while a search's samples come from whatever
-    moment each candidate ran in (a MobileNetV2 default timed 1.71 ms in its
-    search, under load, and 0.217 ms re-timed with the leaders; pooled, it
-    lost to a config of 0.55 ms). A config timed once is not preferred for
-    having escaped the second look. Returns the config's latest ok record,
-    carrying the judged samples when there are several. Ties go to the
-    config seen first.
+    config: a config measured more than once (by two tuners sharing a log,
+    say) on one machine at one thread count is judged on its records'
+    samples pooled, so one lucky measurement does not win on its own, and
+    timings at two thread counts are never pooled. A config re-timed at the
+    end of a tune (strategy "retime") is judged on its re-timed samples
+    alone: they were taken side by side in one batch, while a search's
+    samples come from whatever moment each candidate ran in (a MobileNetV2
+    default timed 1.71 ms in its search, under load, and 0.217 ms re-timed
+    with the leaders). A config that ever gave a wrong answer is left out.
+    Each config's latest counted record is returned, carrying the judged
+    samples when there are several, in the order configs first appear.
+    ``best`` (the fastest, among the re-timed configs where a tune re-timed:
+    a config timed once is not preferred for having escaped the second
+    look) and ``tuner show`` both read it, so they give one figure per config.
     """
     groups: dict[tuple[str, str, int, str], list[Record]] = {}
     wrong: set[tuple[str, str, int, str]] = set()
@@ -286,21 +287,33 @@ def _fastest(records: Iterable[Record]) -> Record | None:
             wrong.add(key)
         elif r.ok and r.samples:
             groups.setdefault(key, []).append(r)
-    retimed = {k[:3] for k, g in groups.items() if any(r.strategy == RETIME for r in g)}
-    best: Record | None = None
+    out: list[Record] = []
     for key, group in groups.items():
         if key in wrong:
             continue
-        if key[:3] in retimed:
-            group = [r for r in group if r.strategy == RETIME]
-            if not group:
-                continue
+        group = [r for r in group if r.strategy == RETIME] or group
         latest = max(group, key=lambda r: r.timestamp)
         if len(group) > 1:
             latest = replace(latest, samples=tuple(s for r in group for s in r.samples))
-        if best is None or latest.median < best.median:
-            best = latest
+        out.append(latest)
+    return out
+
+
+def _fastest(records: Iterable[Record]) -> Record | None:
+    """The fastest of the ``judged`` configs (the re-timed ones where a tune re-timed)."""
+    configs = judged(records)
+    retimed = {_machine(r) for r in configs if r.strategy == RETIME}
+    best: Record | None = None
+    for r in configs:
+        if _machine(r) in retimed and r.strategy != RETIME:
+            continue
+        if best is None or r.median < best.median:
+            best = r
     return best
+
+
+def _machine(r: Record) -> tuple[str, str, int]:
+    return (r.workload.key, r.target.fingerprint, r.target.threads)
 
 
 @dataclass(frozen=True)

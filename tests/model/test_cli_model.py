@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,5 +84,27 @@ def test_run_checks_against_onnxruntime_and_times_both(block, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "output 'y' matches onnxruntime" in out
-    assert "x onnxruntime" in out and "share" in out
+    assert re.search(r"\(([\d.]+x (faster|slower) than|even with) onnxruntime\)", out)
+    assert "share" in out
     assert np.isfinite(float(out.split("tuner ")[-1].split(" ms")[0]))
+
+
+def test_compile_and_run_as_json_carry_the_table_figures(block, capsys):
+    import json
+
+    argv = ["compile", str(block), "--shape", "x=1,3,7,7", "--threads", "1", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    (plan,) = json.loads(captured.out)["plans"]  # standard output is the JSON alone
+    assert plan["inputs"] == [[1, 3, 7, 7]] and plan["threads"] == 1
+    assert {t["ops"] for t in plan["tasks"]} >= {"Conv+Relu", "Conv+Add+Relu"}
+    assert all(t["schedule"] == "default" for t in plan["tasks"])
+    argv = ["run", str(block), "--shape", "x=2,3,7,7", "--repeat", "2", "--compare", "onnxruntime"]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert "matches onnxruntime" in captured.err  # what people read goes to standard error
+    assert doc["rounds"] == 2 and doc["tuner_ms"] > 0 and doc["onnxruntime_ms"] > 0
+    assert doc["outputs"][0]["output"] == "y" and doc["outputs"][0]["max_error"] < 1e-3
+    shares = [t["share"] for t in doc["plans"][0]["tasks"]]
+    assert abs(sum(shares) - 1.0) < 1e-6

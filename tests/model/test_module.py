@@ -210,8 +210,16 @@ def test_an_unsupported_operator_fails_before_anything_runs():
 
 
 def test_untuned_tasks_get_one_warning_that_counts_them(rng, tmp_path):
-    log = tmp_path / "empty.jsonl"
-    log.write_text("")
+    from records import LogWriter, Record
+    from search_spaces import get_operator
+    from tuner.workload import Workload
+
+    log = tmp_path / "other.jsonl"  # a log that tunes none of the model's tasks
+    target = tuner.Target.from_name("cpu")
+    args = {"M": 4, "N": 8}
+    config = get_operator("softmax").default_config(args, target)
+    with LogWriter(log) as w:
+        w.write(Record.make(Workload.make("softmax", **args), target, config, samples=(1e-6,)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mod = tuner.compile_model(residual_block(rng), log)

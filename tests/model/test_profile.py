@@ -70,6 +70,16 @@ def test_tuner_profile_prints_and_writes_the_rows(tmp_path, capsys) -> None:
     assert len([r for r in rows if r["kernel"]]) == len(plan.specs)
 
 
+def test_tuner_profile_as_json(capsys) -> None:
+    import json
+
+    assert main(["profile", str(MODEL), "--repeat", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    kernels = doc["kernels"]
+    assert math.isclose(sum(k["share"] for k in kernels), 1.0, rel_tol=1e-6)
+    assert all(k["ms"] > 0 and k["schedule"] == "default" for k in kernels)
+
+
 def test_without_onnxruntime_it_shows_ours_alone_with_one_line(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime fails
     assert main(["profile", str(MODEL), "--repeat", "2", "--compare", "onnxruntime"]) == 0

@@ -123,9 +123,14 @@ class _ClosedAfterRecv:
 
 
 def test_a_runner_whose_tuner_closed_the_pipe_returns_quietly(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tuner.measure._child import runner_main
+
+    # The runner sets these for its own process; here they are put back after the test,
+    # or the next test of this worker would start Numba's threads at the runner's count.
+    for name in ("NUMBA_NUM_THREADS", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
 
     conn = _ClosedAfterRecv()
     handler = signal.getsignal(signal.SIGINT)

@@ -1,4 +1,11 @@
-"""``tuner best`` and ``tuner show``: what a tuning log holds."""
+"""``tuner best`` and ``tuner show``: what a tuning log holds, as a table, JSON or CSV.
+
+A record's time is the median of its samples with their interquartile range
+(``±`` half of it where they spread widely). Both commands judge a config
+measured more than once as ``build`` and ``compile_model`` do
+(``records.judged``: its samples pooled, or its re-timing's alone), so they
+and the builds agree on one figure per config.
+"""
 
 from __future__ import annotations
 
@@ -7,56 +14,76 @@ from pathlib import Path
 from typing import Any
 
 from .options import positive
+from .output import add_format_flags, console, emit
+from .text import milliseconds
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "record_row"]
+
+
+def record_row(rec: Any) -> dict[str, Any]:
+    """One record as the tables, JSON and CSV show it."""
+    from records import target_label
+
+    return {
+        "workload": rec.workload.key,
+        "target": target_label(rec.target),
+        "strategy": rec.strategy,
+        "trial": rec.trial,
+        "gflops": round(rec.gflops, 2) if rec.gflops else None,
+        "median_ms": round(rec.median * 1e3, 6),
+        "iqr_ms": round(rec.iqr * 1e3, 6),
+        "samples": len(rec.samples),
+        "config": rec.config,
+    }
+
+
+def _table(title: str, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        cells = {
+            "GFLOP/s": f"{row['gflops']:.1f}" if row["gflops"] else "-",
+            "median ms": milliseconds(row["median_ms"] / 1e3, row["iqr_ms"] / 1e3),
+        }
+        table.add_row(*(cells.get(c) or str(row[c]) for c in columns))
+    return table
 
 
 def cmd_best(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from records import best_by_workload, load
 
-    table = Table(title=f"best records in {ns.log}")
-    for col in ("workload", "target", "GFLOP/s", "median ms", "trial", "config"):
-        table.add_column(col)
-    for (key, kind), rec in sorted(best_by_workload(load(ns.log, require=True)).items()):
-        gf = f"{rec.gflops:.1f}" if rec.gflops else "-"
-        table.add_row(key, kind, gf, f"{rec.median * 1e3:.3f}", str(rec.trial), str(rec.config))
-    Console().print(table)
+    best = best_by_workload(load(ns.log, require=True))
+    rows = [record_row(rec) for _, rec in sorted(best.items())]
+    columns = ("workload", "target", "GFLOP/s", "median ms", "samples", "trial", "config")
+    table = _table(f"best records in {ns.log}", rows, columns)
+    emit(ns, {"log": str(ns.log), "best": rows}, rows, lambda: console().print(table))
     return 0
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from records import load, target_label
+    from records import judged, load
 
     recs = load(ns.log, require=True)
-    ok = sorted((r for r in recs if r.ok), key=lambda r: r.median)[: ns.top]
+    ok = sorted(judged(recs), key=lambda r: r.median)[: ns.top]
     errors: dict[str, int] = {}
     for r in recs:
         if not r.ok:
             errors[r.error_kind.value] = errors.get(r.error_kind.value, 0) + 1
-    table = Table(title=f"{ns.log}: {len(recs)} records, top {len(ok)}")
-    for col in ("trial", "workload", "target", "strategy", "GFLOP/s", "median ms", "config"):
-        table.add_column(col)
-    for r in ok:
-        gf = f"{r.gflops:.1f}" if r.gflops else "-"
-        table.add_row(
-            str(r.trial),
-            r.workload.key,
-            target_label(r.target),
-            r.strategy,
-            gf,
-            f"{r.median * 1e3:.3f}",
-            str(r.config),
-        )
-    console = Console()
-    console.print(table)
-    if errors:
-        console.print("errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
+    rows = [record_row(r) for r in ok]
+    columns = ("trial", "workload", "target", "strategy", "GFLOP/s", "median ms", "config")
+    table = _table(f"{ns.log}: {len(recs)} records, top {len(ok)}", rows, columns)
+
+    def show() -> None:
+        out = console()
+        out.print(table)
+        if errors:
+            out.print("errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
+
+    doc = {"log": str(ns.log), "records": len(recs), "errors": errors, "top": rows}
+    emit(ns, doc, rows, show)
     return 0
 
 
@@ -64,8 +91,12 @@ def add_commands(sub: Any) -> None:
     """Add ``best`` and ``show`` to the ``tuner`` command's subparsers."""
     p = sub.add_parser("best", help="the best record per workload and target in a log")
     p.add_argument("log", type=Path)
+    add_format_flags(p, "the best records")
     p.set_defaults(func=cmd_best)
-    p = sub.add_parser("show", help="the fastest records of a log and its error counts")
+    p = sub.add_parser(
+        "show", help="the fastest configs of a log (each judged as best judges) and its errors"
+    )
     p.add_argument("log", type=Path)
     p.add_argument("--top", type=positive(int), default=10)
+    add_format_flags(p, "the fastest records")
     p.set_defaults(func=cmd_show)

@@ -8,13 +8,16 @@ tuner profile model.onnx --compare onnxruntime --csv layers.csv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .options import positive
+from .output import add_format_flags, console, emit, to_stdout
 from .text import speed
 
 __all__ = ["add_commands"]
@@ -37,19 +40,43 @@ def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _compile(ns: argparse.Namespace, console: Any) -> Any:
+def _compile(ns: argparse.Namespace, out: Any) -> Any:
+    """The module ``ns`` asks for, its kernels built (with a progress bar on a terminal)."""
     from ..model import compile_model
     from ..target import Target
 
     target = Target.from_name(ns.target, **({"num_threads": ns.threads} if ns.threads else {}))
     if ns.log is not None and not ns.log.exists():
         raise FileNotFoundError(f"log {ns.log} does not exist")
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _building(out):
         warnings.simplefilter("always")
         mod = compile_model(ns.model, ns.log, shapes=_shapes(ns.shape), target=target)
     for w in caught:
-        console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+        out.print(f"[yellow]warning:[/] {w.message}", highlight=False)
     return mod
+
+
+@contextlib.contextmanager
+def _building(out: Any) -> Iterator[None]:
+    """A transient bar of the kernels built so far, where ``out`` is a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from ..model.runner import build_progress
+
+    if not out.is_terminal:
+        yield
+        return
+    bar = Progress(
+        "building kernels",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+        transient=True,
+    )
+    task = bar.add_task("build", total=None)
+    with bar, build_progress(lambda done, total: bar.update(task, completed=done, total=total)):
+        yield
 
 
 def _inputs(mod: Any, seed: int) -> dict[str, np.ndarray]:
@@ -69,34 +96,34 @@ def _inputs(mod: Any, seed: int) -> dict[str, np.ndarray]:
 
 
 def cmd_compile(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    console = Console(soft_wrap=True)
-    mod = _compile(ns, console)
+    out = console(stderr=to_stdout(ns))
+    mod = _compile(ns, out)
     if not mod.plans:
-        console.print("the model has symbolic input dimensions: give them with --shape NAME=D1,D2")
+        out.print("the model has symbolic input dimensions: give them with --shape NAME=D1,D2")
         return 1
-    console.print(mod.summary(), highlight=False, markup=False)
+    plans = mod.report()
+    doc = {"model": str(ns.model), "plans": plans}
+    rows = [row for plan in plans for row in plan["tasks"]]
+    emit(ns, doc, rows, lambda: out.print(mod.summary(), highlight=False, markup=False))
     return 0
 
 
 def _compiled(ns: argparse.Namespace) -> tuple[Any, Any, dict[str, np.ndarray]]:
     """The console, the module compiled as ``ns`` says, and seeded inputs for it."""
-    from rich.console import Console
-
-    console = Console(soft_wrap=True)
-    mod = _compile(ns, console)
+    out = console(stderr=to_stdout(ns))
+    mod = _compile(ns, out)
     if not mod.plans:
         raise ValueError("the model has symbolic input dimensions: give them with --shape")
-    return console, mod, _inputs(mod, ns.seed)
+    return out, mod, _inputs(mod, ns.seed)
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
     from ..measure.interleave import interleaved, medians
 
-    console, mod, feeds = _compiled(ns)
+    out, mod, feeds = _compiled(ns)
     outs = mod.run(feeds)
     fns = {"tuner": lambda: mod.run(feeds)}
+    checked = []
     if ns.compare == "onnxruntime":
         sess = _ort_session(ns.model, mod.target.threads)
         expected = sess.run(None, feeds)
@@ -106,20 +133,33 @@ def cmd_run(ns: argparse.Namespace) -> int:
                 raise ValueError(
                     f"output {name!r} disagrees with onnxruntime (max error {err:.3g})"
                 )
-            console.print(f"output {name!r} matches onnxruntime (max error {err:.3g})")
+            out.print(f"output {name!r} matches onnxruntime (max error {err:.3g})")
+            checked.append({"output": name, "max_error": err})
         fns["onnxruntime"] = lambda: sess.run(None, feeds)
     plan = mod.plans[0]
     plan.profile(list(feeds.values()), repeat=max(3, ns.repeat // 5))
-    console.print(mod.summary(), highlight=False, markup=False)
     times = medians(interleaved(fns, rounds=ns.repeat))
     mine = times["tuner"]
+    row: dict[str, Any] = {
+        "model": str(ns.model),
+        "threads": mod.target.threads,
+        "rounds": ns.repeat,
+        "tuner_ms": mine * 1e3,
+    }
     line = (
         f"median of {ns.repeat} rounds on {mod.target.threads} threads: tuner {mine * 1e3:.3f} ms"
     )
     if "onnxruntime" in times:
         ort = times["onnxruntime"]
-        line += f", onnxruntime {ort * 1e3:.3f} ms ({speed(mine, ort, 'onnxruntime')})"
-    console.print(line)
+        row["onnxruntime_ms"] = ort * 1e3
+        row["speed"] = speed(mine, ort, "onnxruntime")
+        line += f", onnxruntime {ort * 1e3:.3f} ms ({row['speed']})"
+
+    def show() -> None:
+        out.print(mod.summary(), highlight=False, markup=False)
+        out.print(line)
+
+    emit(ns, {**row, "outputs": checked, "plans": mod.report()}, [row], show)
     return 0
 
 
@@ -127,18 +167,18 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     """Each kernel's time and share, beside onnxruntime's time for the same nodes."""
     from ..model.profile import join, onnxruntime_profile
 
-    console, mod, feeds = _compiled(ns)
+    out, mod, feeds = _compiled(ns)
     df = mod.profile(feeds, repeat=ns.repeat)
     if ns.compare == "onnxruntime":
         try:
             ort = onnxruntime_profile(ns.model, feeds, mod.target.threads, ns.repeat)
         except ImportError:
-            console.print("onnxruntime is not installed (pip install onnxruntime): ours alone")
+            out.print("onnxruntime is not installed (pip install onnxruntime): ours alone")
         else:
             df = join(df, ort)
-    if ns.csv is not None:
-        df.to_csv(ns.csv, index=False)
-    console.print(profile_table(df, ns.top), highlight=False, markup=False)
+    rows = df.to_dict("records")
+    doc = {"model": str(ns.model), "threads": mod.target.threads, "kernels": rows}
+    emit(ns, doc, rows, lambda: out.print(profile_table(df, ns.top), highlight=False, markup=False))
     return 0
 
 
@@ -210,6 +250,6 @@ def add_commands(sub: Any) -> None:
             p.add_argument("--compare", choices=["onnxruntime"], default=None)
             p.add_argument("--seed", type=int, default=0)
         if name == "profile":
-            p.add_argument("--csv", type=Path, default=None, help="write every row here")
             p.add_argument("--top", type=positive(int), default=25, help="rows shown")
+        add_format_flags(p, {"compile": "the tasks", "run": "the timing"}.get(name, "every row"))
         p.set_defaults(func=func)

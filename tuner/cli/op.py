@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .options import add_search_flags, positive
-from .text import speed
+from .output import add_format_flags, console, emit, to_stdout
+from .text import milliseconds, speed
 
 __all__ = ["add_commands"]
 
@@ -39,8 +40,6 @@ def _shapes(template: Any, items: list[str]) -> list[dict[str, str]]:
 
 
 def cmd_tune(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from search_spaces import get_operator
 
     from ..measure import Measurer
@@ -59,23 +58,26 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     for path in ns.transfer_from:
         if not path.exists():
             raise FileNotFoundError(f"transfer log {path} does not exist")
-    console = Console(stderr=True)
+    out = console(stderr=True)
     if len(shapes) == 1:
         traffic = template.bytes_moved(parsed[0]) if template.bytes_moved is not None else None
         title = f"{ns.op} {' '.join(ns.args)}"
-        with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
+        with TuneDisplay(out, title, ns.trials, bytes_moved=traffic) as display:
             result = tune(ns.op, shapes[0], opts, progress=display.update)
         display.summary(result, ns.log)
+        row = tune_row(result)
+        emit(ns, {**row, "log": str(ns.log)}, [row], lambda: None)
         return 0
     # Several shapes: one measurer, and one cost model that every shape teaches.
     target = Target.from_name(ns.target, num_threads=ns.threads)
     shared = SharedCostModel(opts.strategy, seed=opts.seed) if opts.strategy == "xgb" else None
-    console.print(f"{len(shapes)} shapes of {ns.op}, {ns.trials} trials each")
+    out.print(f"{len(shapes)} shapes of {ns.op}, {ns.trials} trials each")
+    rows: list[dict[str, Any]] = []
     with Measurer(opts.measure, threads=target.threads) as measurer:
         for i, (args, typed) in enumerate(zip(shapes, parsed, strict=True)):
             traffic = template.bytes_moved(typed) if template.bytes_moved is not None else None
             title = f"{ns.op} {' '.join(f'{k}={v}' for k, v in args.items())}"
-            with TuneDisplay(console, title, ns.trials, bytes_moved=traffic) as display:
+            with TuneDisplay(out, title, ns.trials, bytes_moved=traffic) as display:
                 result = tune(
                     ns.op,
                     args,
@@ -85,11 +87,32 @@ def cmd_tune(ns: argparse.Namespace) -> int:
                     shared=(shared, i) if shared is not None else None,
                 )
             display.summary(result, ns.log)
+            rows.append(tune_row(result))
+    emit(ns, {"log": str(ns.log), "results": rows}, rows, lambda: None)
     return 0
 
 
+def tune_row(r: Any) -> dict[str, Any]:
+    """A tune's result as ``--json`` and ``--csv`` give it (the summary's figures)."""
+    best = r.best
+    return {
+        "workload": r.workload.key,
+        "target": str(r.target),
+        "measured": r.measured,
+        "resumed": r.resumed,
+        "errors": r.errors,
+        "elapsed_s": round(r.elapsed, 3),
+        "stopped_because": r.stopped_because,
+        "best_trial": best.trial if best is not None else None,
+        "best_ms": best.median * 1e3 if best is not None else None,
+        "best_iqr_ms": best.iqr * 1e3 if best is not None else None,
+        "best_gflops": best.gflops if best is not None else None,
+        "best_config": best.config if best is not None else None,
+        "numpy_ms": r.numpy_seconds * 1e3 if r.numpy_seconds is not None else None,
+    }
+
+
 def cmd_ops(ns: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from search_spaces import operators
@@ -106,7 +129,7 @@ def cmd_ops(ns: argparse.Namespace) -> int:
                 text += f" ({'|'.join(map(str, p.choices))})"
             params.append(text)
         table.add_row(op.name, " ".join(params), op.doc)
-    Console().print(table)
+    console().print(table)
     return 0
 
 
@@ -114,7 +137,6 @@ def cmd_build(ns: argparse.Namespace) -> int:
     import warnings
 
     import numpy as np
-    from rich.console import Console
 
     from search_spaces import get_operator
 
@@ -123,35 +145,56 @@ def cmd_build(ns: argparse.Namespace) -> int:
     from ..lower.lower import lower
     from ..measure.interleave import interleaved, medians
 
-    console = Console()
+    out = console(stderr=to_stdout(ns))
     template = get_operator(ns.op)
     args = template.parse_args(_kv(ns.args))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         f = build_op(ns.op, target=ns.target, records=BestRecords(ns.log), **args)
     for w in caught:
-        console.print(f"[yellow]warning:[/] {w.message}")
-    sched, tensors = template.schedule(f.config, args, f.kernel.target)
-    console.print(str(lower(sched, tensors)), highlight=False, markup=False)
+        out.print(f"[yellow]warning:[/] {w.message}")
+    if ns.source:
+        sched, tensors = template.schedule(f.config, args, f.kernel.target)
+        out.print(str(lower(sched, tensors)), highlight=False, markup=False)
     inputs = template.make_inputs(args, target=f.kernel.target)
     expected = template.reference(*inputs, **args)
-    out = f(*inputs)
-    if not np.allclose(out, expected, rtol=1e-3, atol=1e-3):
+    got = f(*inputs)
+    if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
         raise ValueError(
-            f"the built kernel disagrees with NumPy (max error {np.abs(out - expected).max():.3g})"
+            f"the built kernel disagrees with NumPy (max error {np.abs(got - expected).max():.3g})"
         )
     times = medians(
         interleaved(
-            {"tuned": lambda: f(*inputs), "numpy": lambda: template.reference(*inputs, **args)},
+            {"built": lambda: f(*inputs), "numpy": lambda: template.reference(*inputs, **args)},
             rounds=ns.repeat,
         )
     )
-    a, b = times["tuned"], times["numpy"]
-    source = f"record of trial {f.record.trial}" if f.record else "the default schedule"
-    console.print(f"{f.workload.key}: built from {source}; matches NumPy")
-    console.print(
-        f"median of {ns.repeat}: tuned {a * 1e3:.3f} ms, NumPy {b * 1e3:.3f} ms ({speed(a, b, 'NumPy')})"
-    )
+    a, b = times["built"], times["numpy"]
+    rec = f.record
+    row: dict[str, Any] = {
+        "workload": f.workload.key,
+        "record_trial": rec.trial if rec is not None else None,
+        "record_ms": rec.median * 1e3 if rec is not None else None,
+        "record_iqr_ms": rec.iqr * 1e3 if rec is not None else None,
+        "built_ms": a * 1e3,
+        "numpy_ms": b * 1e3,
+        "rounds": ns.repeat,
+        "config": dict(f.config),
+    }
+    if rec is not None:
+        logged = milliseconds(rec.median, rec.iqr)
+        source = f"record of trial {rec.trial} ({logged} ms in the log, {len(rec.samples)} samples)"
+    else:
+        source = "the default schedule"
+
+    def show() -> None:
+        out.print(f"{f.workload.key}: built from {source}; matches NumPy")
+        out.print(
+            f"median of {ns.repeat} rounds here: built {a * 1e3:.3f} ms, NumPy {b * 1e3:.3f} ms "
+            f"({speed(a, b, 'NumPy')})"
+        )
+
+    emit(ns, row, [row], show)
     return 0
 
 
@@ -187,6 +230,7 @@ def add_commands(sub: Any) -> None:
         metavar="LOG",
         help="warm-start the cost model from other workloads' records in LOG (a file or folder; repeatable)",
     )
+    add_format_flags(p, "the summary")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser(
@@ -197,6 +241,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--log", type=Path, required=True, help="tuning log or a folder of logs")
     p.add_argument("--target", default="cpu")
     p.add_argument("--repeat", type=positive(int), default=10)
+    p.add_argument("--source", action="store_true", help="print the kernel's loop nest")
+    add_format_flags(p, "the record and the timing")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("ops", help="list the operators and their arguments")

@@ -18,7 +18,7 @@ from rich.text import Text
 from records import Record
 
 from ..tuning.tune import TuneProgress, TuneResult
-from .text import speed
+from .text import milliseconds, speed
 
 if TYPE_CHECKING:
     from ..tuning.tune_model import ModelProgress, ModelTuneResult
@@ -77,12 +77,16 @@ class TuneDisplay:
             rate = self.rate(r.best)
             gf = f"{rate:.1f} {self.unit}, " if rate is not None else ""
             timed = f"trial {r.best.trial}, {len(r.best.samples)} samples"
-            c.print(f"best: {gf}{r.best.median * 1e3:.3f} ms ({timed}) {r.best.config}")
+            c.print(
+                f"best: {gf}{milliseconds(r.best.median, r.best.iqr)} ms ({timed}) {r.best.config}"
+            )
             if r.numpy_seconds is not None:
-                c.print(
-                    f"NumPy reference, timed in the same runner: {r.numpy_seconds * 1e3:.3f} ms; "
-                    f"best is {speed(r.best.median, r.numpy_seconds, 'NumPy')}"
-                )
+                c.print(baseline_line(r))
+                if r.load is not None and r.load.crowds(r.target.threads):
+                    c.print(
+                        f"the machine was busy: {r.load.describe()} around the NumPy timing, "
+                        f"fewer free than the {r.target.threads} threads timed; rerun when it is idle"
+                    )
         c.print(f"log: {log}")
 
     def __enter__(self) -> TuneDisplay:
@@ -96,6 +100,20 @@ class TuneDisplay:
         tb: TracebackType | None,
     ) -> None:
         self.progress.stop()
+
+
+#: NumPy's samples spreading wider than this (IQR over median) make the comparison unreliable.
+UNRELIABLE = 0.5
+
+
+def baseline_line(r: TuneResult) -> str:
+    """The NumPy reference beside the best: a ratio, or why no ratio can be trusted."""
+    assert r.numpy_seconds is not None and r.best is not None
+    figure = f"NumPy reference, timed in the same runner: {milliseconds(r.numpy_seconds, r.numpy_iqr or 0.0)} ms"
+    spread = (r.numpy_iqr or 0.0) / r.numpy_seconds
+    if spread > UNRELIABLE:
+        return f"{figure}; its samples spread by {100 * spread:.0f}% of their median: no reliable comparison"
+    return f"{figure}; best is {speed(r.best.median, r.numpy_seconds, 'NumPy')}"
 
 
 def _ms(seconds: float | None) -> str:

@@ -8,7 +8,12 @@
 
 from __future__ import annotations
 
-__all__ = ["speed"]
+import math
+
+__all__ = ["WIDE", "milliseconds", "speed"]
+
+#: A spread (interquartile range over the median) above which a time is shown with ``±``.
+WIDE = 0.1
 
 
 def speed(ours: float, peer: float, peer_name: str = "") -> str:
@@ -28,3 +33,17 @@ def _times(x: float) -> str:
     if x < 2:
         return f"{x:.2f}"
     return f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+
+def milliseconds(median: float, iqr: float = 0.0) -> str:
+    """``1.234`` ms, or ``1.234 ±0.210`` when the samples spread widely (half the IQR).
+
+    Three decimals, or three significant digits below a tenth of a millisecond
+    (``0.00215 ±0.00031``), the spread to as many decimals as the median.
+    """
+    ms = median * 1e3
+    decimals = 3 if ms >= 0.1 or ms <= 0 else 2 - math.floor(math.log10(ms))
+    text = f"{ms:.{decimals}f}"
+    if median > 0 and iqr / median > WIDE:
+        text += f" ±{iqr / 2 * 1e3:.{decimals}f}"
+    return text

@@ -13,12 +13,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .output import add_format_flags, console, emit
+
 __all__ = ["add_commands"]
 
 
 def cmd_tune_model(ns: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ..target import Target
     from ..tuning.scheduler import SchedulerError, schedulers
     from ..tuning.tune_model import model_tasks, trials_in_log, tune_model
@@ -39,18 +39,47 @@ def cmd_tune_model(ns: argparse.Namespace) -> int:
     target = Target.from_name(ns.target, num_threads=ns.threads)
     tasks = model_tasks(ns.model, target, shapes)
     resumed = trials_in_log(tasks, opts.log)
-    console = Console(stderr=True)
+    out = console(stderr=True)
     kernels = sum(t.weight for t in tasks)
-    console.print(
+    out.print(
         f"{ns.model}: {len(tasks)} tasks over {kernels} kernels on {target}; "
         f"{resumed} trials in {ns.log} already"
     )
     title = f"{ns.model.name} ({ns.scheduler})"
-    with ModelTuneDisplay(console, title, ns.trials, min(resumed, ns.trials)) as display:
+    with ModelTuneDisplay(out, title, ns.trials, min(resumed, ns.trials)) as display:
         result = tune_model(
             ns.model, opts, scheduler=ns.scheduler, shapes=shapes, progress=display.update
         )
     display.summary(result, ns.log)
+    rows = [
+        {
+            "task": t.key,
+            "ops": t.ops,
+            "weight": t.weight,
+            "trials": t.trials,
+            "measured": t.measured,
+            "default_ms": t.default_seconds * 1e3 if t.default_seconds is not None else None,
+            "best_ms": t.best_seconds * 1e3 if t.best_seconds is not None else None,
+            "share": result.share(t),
+        }
+        for t in result.tasks
+    ]
+    doc = {
+        "model": str(ns.model),
+        "log": str(ns.log),
+        "budget": result.budget,
+        "measured": result.measured,
+        "resumed": result.resumed,
+        "errors": result.errors,
+        "elapsed_s": round(result.elapsed, 3),
+        "stopped_because": result.stopped_because,
+        "latency_ms": result.latency * 1e3 if result.latency is not None else None,
+        "default_latency_ms": (
+            result.default_latency * 1e3 if result.default_latency is not None else None
+        ),
+        "tasks": rows,
+    }
+    emit(ns, doc, rows, lambda: None)
     return 0
 
 
@@ -78,4 +107,5 @@ def add_commands(sub: Any) -> None:
         metavar="NAME=D1,D2,...",
         help="dimensions of an input with symbolic ones (repeatable)",
     )
+    add_format_flags(p, "the summary")
     p.set_defaults(func=cmd_tune_model)

@@ -395,6 +395,10 @@ class Module:
         """One compiled plan per input shape seen (or given)."""
         return list(self._plans.values())
 
+    def report(self) -> list[dict[str, Any]]:
+        """``summary`` as data: each compiled plan's ``Plan.report()`` (one per input shape)."""
+        return [p.report() for p in self._plans.values()]
+
     def summary(self) -> str:
         """Fused groups and their tasks: weight, tuned or default, and each one's time share."""
         if not self._plans:

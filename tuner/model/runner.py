@@ -11,9 +11,11 @@ plan for each call (padding to a bucket, or handing shape-generic kernels in).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +31,7 @@ from .plan import Interval, assign_offsets, lifetimes
 from .prebuild import prebuild
 from .tasks import KernelSpec
 
-__all__ = ["Plan", "TaskUse", "dims", "short_key"]
+__all__ = ["Plan", "TaskUse", "build_progress", "dims", "short_key"]
 
 
 @dataclass(frozen=True)
@@ -224,29 +226,57 @@ class Plan:
                 )
         return list(uses.values())
 
-    def summary(self) -> str:
-        shape = ", ".join("x".join(map(str, s)) for s in self.signature)
+    def report(self) -> dict[str, Any]:
+        """What ``summary`` says, as data: the plan, then one row per distinct task.
+
+        Each task's ``share`` is of the last profiled run's time (None before one).
+        """
         uses = self.tasks()
-        tuned = sum(u.tuned for u in uses)
-        lines = [
-            f"model {self.name} for inputs {shape} on {self.target.kind} "
-            f"({self.target.threads} threads): {len(self.specs)} kernels, {len(uses)} tasks "
-            f"({tuned} tuned, {len(uses) - tuned} default), compiled in {self.compile_seconds:.1f} s, "
-            f"{self.arena_bytes / 2**20:.1f} MiB of planned buffers"
-        ]
         share: dict[str, float] = {}
         if self.step_seconds is not None:
             total = sum(self.step_seconds) or 1.0
             for spec, t in zip(self.specs, self.step_seconds, strict=True):
                 share[spec.task.key] = share.get(spec.task.key, 0.0) + t / total
-        lines.append(f"{'ops':<34} {'weight':>6}  {'schedule':<8} {'share':>6}  task")
         order = sorted(uses, key=lambda u: -share.get(u.key, 0.0)) if share else uses
-        for u in order:
-            pct = f"{100 * share[u.key]:5.1f}%" if u.key in share else "     -"
-            ops = u.ops if len(u.ops) <= 34 else u.ops[:31] + "..."
-            key = short_key(u.key)
+        rows = [
+            {
+                "ops": u.ops,
+                "weight": u.weight,
+                "schedule": "tuned" if u.tuned else "default",
+                "share": share.get(u.key),
+                "record_ms": None if u.record_time is None else u.record_time * 1e3,
+                "task": u.key,
+            }
+            for u in order
+        ]
+        return {
+            "model": self.name,
+            "inputs": [list(s) for s in self.signature],
+            "target": self.target.kind,
+            "threads": self.target.threads,
+            "kernels": len(self.specs),
+            "tuned": sum(u.tuned for u in uses),
+            "compile_s": round(self.compile_seconds, 3),
+            "buffers_mib": round(self.arena_bytes / 2**20, 3),
+            "tasks": rows,
+        }
+
+    def summary(self) -> str:
+        r = self.report()
+        shape = ", ".join("x".join(map(str, s)) for s in r["inputs"])
+        n = len(r["tasks"])
+        lines = [
+            f"model {r['model']} for inputs {shape} on {r['target']} "
+            f"({r['threads']} threads): {r['kernels']} kernels, {n} tasks "
+            f"({r['tuned']} tuned, {n - r['tuned']} default), compiled in {r['compile_s']:.1f} s, "
+            f"{r['buffers_mib']:.1f} MiB of planned buffers",
+            f"{'ops':<34} {'weight':>6}  {'schedule':<8} {'share':>6}  task",
+        ]
+        for row in r["tasks"]:
+            pct = "     -" if row["share"] is None else f"{100 * row['share']:5.1f}%"
+            ops = row["ops"] if len(row["ops"]) <= 34 else row["ops"][:31] + "..."
             lines.append(
-                f"{ops:<34} {u.weight:>6}  {'tuned' if u.tuned else 'default':<8} {pct}  {key}"
+                f"{ops:<34} {row['weight']:>6}  {row['schedule']:<8} {pct}  {short_key(row['task'])}"
             )
         return "\n".join(lines)
 
@@ -277,6 +307,24 @@ def dims(v: Value) -> tuple[int, ...]:
     return tuple(int(d) for d in v.shape)
 
 
+#: Told (kernels built, kernels in all) as plans build; set with ``build_progress``.
+_ON_KERNEL: ContextVar[Callable[[int, int], None] | None] = ContextVar("on_kernel", default=None)
+
+
+@contextlib.contextmanager
+def build_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
+    """Within the block, ``callback(built, total)`` after each distinct kernel a plan builds.
+
+    >>> with build_progress(lambda done, total: print(f"{done}/{total}")):
+    ...     module.run(feeds)
+    """
+    token = _ON_KERNEL.set(callback)
+    try:
+        yield
+    finally:
+        _ON_KERNEL.reset(token)
+
+
 def _build_all(
     specs: Sequence[KernelSpec], records: BestRecords | None
 ) -> tuple[list[Any], list[str], list[str]]:
@@ -285,6 +333,9 @@ def _build_all(
     untuned: list[str] = []
     notes: list[str] = []
     distinct = list({s.task.key: s.task for s in specs}.values())
+    told = _ON_KERNEL.get()
+    if told is not None:
+        told(0, len(distinct))
     for spec in specs:
         key = spec.task.key
         if key in built:
@@ -294,6 +345,8 @@ def _build_all(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             built[key] = build_task(spec.task, records)
+        if told is not None:
+            told(len(built), len(distinct))
         if records is not None and built[key].record is None:
             untuned.append(spec.ops)
         notes.extend(str(w.message) for w in caught if issubclass(w.category, RecordChoiceWarning))

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from records import Record, load
+from records.format import iqr
 
 from ..measure import MeasureOptions, Measurer, ReplayMeasurer
+from ..measure.load import Load, other_load
 from ..search.study import CLAIM_TIMEOUT
 from ..target import Target
 from ..task import Task, TaskTuner
@@ -88,6 +90,11 @@ class TuneResult:
     # The NumPy reference timed in the runner at the end of the run (median
     # seconds; None when not measured: replay, nothing new, or baseline off).
     numpy_seconds: float | None = None
+    #: The interquartile range of the NumPy reference's samples (seconds).
+    numpy_iqr: float | None = None
+    #: The heavier of the other processes' loads read just before and after the
+    #: NumPy reference was timed (None when not read).
+    load: Load | None = None
 
 
 def tune(
@@ -151,10 +158,15 @@ def tune(
         measured = tuner.trials
         if replay is None:
             ctx.retime()
-        numpy_seconds = None
+        numpy_seconds = numpy_iqr = busy = None
         if isinstance(ctx.measurer, Measurer) and opts.baseline and measured > 0:
+            before = other_load()
             base = ctx.measurer.baseline(task.candidate({}))
-            numpy_seconds = statistics.median(base.samples) if base.ok else None
+            loads = [x for x in (before, other_load()) if x is not None]
+            busy = max(loads, key=lambda x: x.busy, default=None)
+            if base.ok and base.samples:
+                numpy_seconds = statistics.median(base.samples)
+                numpy_iqr = iqr(base.samples)
     return TuneResult(
         task.workload,
         target,
@@ -165,6 +177,8 @@ def tune(
         ctx.elapsed,
         stopped,
         numpy_seconds,
+        numpy_iqr,
+        busy,
     )
 
 
