@@ -9,39 +9,42 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def executed(name: str, workdir: Path, first_cell: str | None = None) -> str:
-    """The text ``experiments/<name>`` prints, run in ``workdir`` (``first_cell`` replacing cell 1)."""
+def executed(name: str, workdir: Path) -> tuple[str, int]:
+    """The text ``experiments/<name>`` prints, run in ``workdir``, and how many images it draws."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("matplotlib")
     nb = nbformat.read(ROOT / "experiments" / name, as_version=4)
-    if first_cell is not None:
-        nb.cells[1].source = first_cell
     client = nbclient.NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     )
     client.execute()
-    return "".join(
-        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-    )
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    images = sum("image/png" in o.get("data", {}) for o in outputs)
+    return "".join(o.get("text", "") for o in outputs), images
 
 
-def test_analysis_notebook_executes_on_the_small_log(tmp_path: Path) -> None:
-    log = Path(__file__).with_name("small_log.jsonl")
-    outputs = executed("analysis.ipynb", tmp_path, f"LOG = {str(log)!r}")
+def test_analysis_notebook_takes_its_log_from_the_environment_and_draws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TUNER_LOG", str(Path(__file__).with_name("small_log.jsonl")))
+    outputs, images = executed("analysis.ipynb", tmp_path)
     assert "80 candidates, 80 ok, 1 workload(s)" in outputs
     assert "Spearman rank correlation" in outputs
     assert "knobs by effect:" in outputs
+    assert images >= 3  # convergence, the spread, the model's ranking (inline, not a file)
 
 
 def test_fusion_notebook_executes_on_the_kept_table() -> None:
-    outputs = executed("fusion.ipynb", ROOT)
+    outputs, images = executed("fusion.ipynb", ROOT)
     assert "workloads from fusion.csv" in outputs
     assert "largest fusion gain here:" in outputs
+    assert images >= 1
 
 
 def test_dynamic_shapes_notebook_executes_on_the_kept_results() -> None:
-    outputs = executed("dynamic_shapes.ipynb", ROOT)
+    outputs, images = executed("dynamic_shapes.ipynb", ROOT)
+    assert images >= 1
     assert "distinct lengths" in outputs
     assert "generic: transition" in outputs and "the bar" in outputs
     assert "plotted: specialize, generic, bucket" in outputs
