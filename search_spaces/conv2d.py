@@ -6,8 +6,11 @@ its knobs and schedule. It shares with ``depthwise_conv2d`` the parameters
 Inputs follow PyTorch: ``X[N, C, H, W]`` (or ``X[N, H, W, C]`` in NHWC), the
 weight ``W[K, C/groups, R, S]`` in both layouts, an optional bias ``B[K]``; the
 output is ``Y[N, K, OH, OW]`` (or ``Y[N, OH, OW, K]``). Padding is a stage
-``Xp`` of the padded input, either copied once at the root or inlined into the
-convolution as a conditional load.
+``Xp`` of the padded input, copied once at the root, inlined into the
+convolution as a conditional load, or copied per block of output rows (the
+rows that block reads, just before their use: ``pad_at=rows``). With an
+epilogue in NHWC, each register tile's sum is a stage computed inside the
+output's tile loop, so the epilogue reads it back from L1 right after it.
 
 The schedule is a direct convolution, register-blocked like a matmul micro-kernel::
 
@@ -126,7 +129,7 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     sp.define_knob("reduction", ["crs", "rsc"])
     sp.define_knob("outer", ["rows", "channels"])
     sp.define_knob("pack_w", [False] if p.blocked else [True, False])
-    sp.define_knob("pad_at", ["root", "inline"] if p.pad else ["none"])
+    sp.define_knob("pad_at", ["root", "inline", "rows"] if p.pad else ["none"])
     sp.define_knob("unroll_window", [False, True])
     sp.define_knob("parallel", [True, False])
 
@@ -187,9 +190,24 @@ def schedule(
     if "Xp" in t:
         if cfg["pad_at"] == "inline":
             s[t["Xp"]].compute_inline()
-        elif cfg["parallel"]:
+        elif cfg["pad_at"] == "root" and cfg["parallel"]:
             s[t["Xp"]].parallel(s[t["Xp"]].op.axis[1])
-    if p.has_epilogue:
+    row_loop: tuple[Tensor, Any] | None = None
+    if p.has_epilogue and p.nhwc:
+        # The epilogue of each register tile right after its sum, while it is in L1:
+        # the sum is a stage computed at the output's tile loop.
+        n, k, oh, ow = _tile_axes(p, s, Y)
+        oho, ohi = s[Y].split(oh, factor=ohr)
+        ko, ki = s[Y].split(k, factor=kr)
+        owo, owi = s[Y].split(ow, factor=int(cfg["owr"]))
+        outer = _outer_loops(cfg, s, Y, n, oho, ko)
+        s[Y].reorder(*outer, owo, ohi, owi, ki)
+        s[Y].vectorize(ki)
+        s[conv].compute_at(s[Y], owo)
+        if cfg["parallel"]:
+            s[Y].parallel(outer[0])
+        row_loop = (Y, outer[0 if cfg["outer"] == "rows" else 1])
+    elif p.has_epilogue:
         n, k, oh, ow = _tile_axes(p, s, Y)
         oho, ohi = s[Y].split(oh, factor=ohr)
         ko, ki = s[Y].split(k, factor=kr)
@@ -205,14 +223,22 @@ def schedule(
         s[conv].compute_at(s[Y], outer[-1])
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
-    _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.has_epilogue)
+        row_loop = (Y, outer[0 if cfg["outer"] == "rows" else 1])
+    nest_row = _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.has_epilogue)
+    if cfg["pad_at"] == "rows":
+        stage, loop = row_loop or (conv, nest_row)
+        s[t["Xp"]].compute_at(s[stage], loop)
     return s, arguments(p, t)
 
 
 def _conv_nest(
     cfg: Mapping[str, Any], p: Conv2d, s: Schedule, t: dict[str, Tensor], parallel: bool
-) -> None:
-    """Tile the convolution stage: outer loops, the register tile and the reduction inside it."""
+) -> Any:
+    """Tile the convolution stage: outer loops, the register tile and the reduction inside it.
+
+    Returns its loop over (image, row block), where ``pad_at=rows`` copies the padded rows
+    that block reads.
+    """
     kr, owr, ohr = int(cfg["kr"]), int(cfg["owr"]), int(cfg["ohr"])
     T = t["conv"]
     n, k, oh, ow = _tile_axes(p, s, T)
@@ -241,6 +267,7 @@ def _conv_nest(
             wk, wc, wr, ws = s[WP].op.axis
         wko, wki = s[WP].split(wk, factor=kr)
         s[WP].reorder(wko, *([wc, wr, ws] if cfg["reduction"] == "crs" else [wr, ws, wc]), wki)
+    return outer[0 if cfg["outer"] == "rows" else 1]
 
 
 # -- registration ---------------------------------------------------------------------------

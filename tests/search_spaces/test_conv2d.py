@@ -238,3 +238,46 @@ def test_channels_no_whole_vector_divides_get_an_exact_half_vector_tile(target, 
     out = np.full(tensors[-1].shape_ints, 12345, np.float32)
     tuner.build(s, tensors)(*arrays, out)
     np.testing.assert_allclose(out, cv.reference(p, *arrays), rtol=1e-4, atol=1e-4)
+
+
+ROWS_SHAPES = [
+    # depthwise, strided 5 x 5 over an odd image; a 7 x 7 plane; a dense conv with a residual
+    "C=24,H=13,W=11,K=24,R=5,S=5,pad=2,stride=2,groups=24,block=16,weights=blocked",
+    "C=20,H=7,W=7,K=20,R=3,S=3,pad=1,stride=1,groups=20",
+    "C=5,H=9,W=6,K=7,R=3,S=3,pad=1,stride=1,block=16,weights=blocked",
+]
+
+
+@pytest.mark.parametrize("shape", ROWS_SHAPES)
+@pytest.mark.parametrize("epilogue", ["relu", "add@f;relu"])
+def test_padding_per_row_block_and_the_tile_epilogue_match_numpy(shape: str, epilogue: str) -> None:
+    """pad_at=rows copies the padded rows each row block reads; in NHWC the epilogue runs on
+    each register tile: both against the reference, over random tiles, both loop orders."""
+    op = get_operator("conv2d")
+    raw = dict(kv.split("=") for kv in shape.split(","))
+    args = op.parse_args({**raw, "N": "1", "layout": "NHWC", "bias": "true", "epilogue": epilogue})
+    space = op.space(args, AVX512)
+    rng = np.random.default_rng(3)
+    inputs_ = op.make_inputs(args, target=AVX512)
+    want = op.reference(*inputs_, **args)
+    for outer in ("rows", "channels"):
+        cfg = dict(space.sample(rng).to_json())
+        cfg.update(pad_at="rows", outer=outer)
+        s, tensors = op.schedule(space.validate(cfg), args, AVX512)
+        out = np.full(tensors[-1].shape_ints, 12345, np.float32)
+        tuner.build(s, tensors)(*inputs_, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(cfg))
+
+
+def test_a_depthwise_default_pads_per_row_block_but_inline_on_a_tiny_plane() -> None:
+    op = get_operator("conv2d")
+
+    def pad_at(raw: str) -> str:
+        args = op.parse_args(
+            {**dict(kv.split("=") for kv in raw.split(",")), "N": "1", "layout": "NHWC"}
+        )
+        return str(op.default_config(args, AVX512)["pad_at"])
+
+    assert pad_at("C=48,H=112,W=112,K=48,R=3,S=3,pad=1,stride=2,groups=48") == "rows"
+    assert pad_at("C=96,H=14,W=14,K=96,R=5,S=5,pad=2,stride=2,groups=96") == "inline"
+    assert pad_at("C=64,H=56,W=56,K=64,R=3,S=3,pad=1") == "root"  # dense: one copy
