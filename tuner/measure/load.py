@@ -45,13 +45,12 @@ class Load:
 
 def _counters() -> tuple[int, int] | None:
     """(busy, total) jiffies of all CPUs since boot, or None without ``/proc/stat``."""
-    try:
-        first = Path("/proc/stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
+    try:  # the first line sums every CPU: "cpu  user nice system idle iowait irq softirq steal"
+        ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, IndexError, ValueError):
         return None
-    if not first or first[0] != "cpu":
+    if len(ticks) < 4:
         return None
-    ticks = [int(v) for v in first[1:]]
     idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
     return sum(ticks[:8]) - idle, sum(ticks[:8])
 
