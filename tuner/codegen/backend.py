@@ -40,8 +40,10 @@ __all__ = [
     "cache_dir",
     "check_arrays",
     "check_output",
+    "fits_static",
     "get_backend",
     "register_backend",
+    "static_signature",
 ]
 
 
@@ -198,6 +200,34 @@ def get_backend(target: Target | str) -> Backend:
     if kind not in _INSTANCES:
         _INSTANCES[kind] = cls()
     return _INSTANCES[kind]
+
+
+#: Each argument's shape and NumPy dtype, for a kernel none of whose extents is symbolic.
+StaticSignature = tuple[tuple[tuple[int, ...], np.dtype], ...]
+
+
+def static_signature(func: LoweredFunc) -> StaticSignature | None:
+    """``func``'s arguments as (shape, dtype), or None where an extent is symbolic."""
+    out = []
+    for b in func.args:
+        shape = tuple(d for d in b.shape if isinstance(d, int))
+        if len(shape) != len(b.shape):
+            return None
+        out.append((shape, np.dtype(b.dtype)))
+    return None if func.symbols else tuple(out)
+
+
+def fits_static(signature: StaticSignature, arrays: tuple[Any, ...]) -> bool:
+    """Whether ``arrays`` are exactly what ``signature`` says: C-contiguous NumPy arrays of
+    its shapes and dtypes (where not, ``check_arrays`` says what is wrong)."""
+    if len(arrays) != len(signature):
+        return False
+    for a, (shape, dtype) in zip(arrays, signature, strict=True):
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+            return False
+        if not a.flags.c_contiguous:
+            return False
+    return True
 
 
 def check_arrays(func: LoweredFunc, arrays: tuple[Any, ...]) -> dict[str, int]:

@@ -35,7 +35,9 @@ from ..backend import (
     cache_dir,
     check_arrays,
     check_no_overlap,
+    fits_static,
     register_backend,
+    static_signature,
 )
 from ..numba_source import write_module
 from .source import SLP_UNROLLED_FULLY, render
@@ -68,6 +70,10 @@ class CpuKernel(Kernel):
         self.module_name = module.__name__
         self._fn = getattr(module, func.name)
         self._threads = int(target.get("threads", 0))
+        #: Each argument's shape and dtype where no extent is symbolic: a call whose arrays
+        #: match them exactly skips the general check (its Python cost was half of a small
+        #: kernel's call: 3.5 of 6.7 us for a 16 x 16 dense).
+        self._static = static_signature(func)
         if written is None:
             stored = {s.buffer for s in walk_stmts(func.body) if isinstance(s, Store)}
             written = [k for k, b in enumerate(func.args) if b.name in stored]
@@ -96,7 +102,11 @@ class CpuKernel(Kernel):
         return self._signature.args
 
     def __call__(self, *arrays: Any) -> None:
-        values = check_arrays(self._signature, arrays)
+        static = self._static
+        if static is not None and fits_static(static, arrays):
+            values: dict[str, int] = {}
+        else:
+            values = check_arrays(self._signature, arrays)
         check_no_overlap(self._signature, arrays, self._written)
         if self._threads:
             import numba
