@@ -86,7 +86,7 @@ from ._gemm import (
     register_blocked,
     tile_registers,
 )
-from ._gemv import gemv_product, schedule_gemv
+from ._gemv import GEMV_PARALLEL_FROM, gemv_product, schedule_gemv
 from ._target import resolve
 
 __all__ = [
@@ -267,11 +267,6 @@ _GEMV_UP_TO = 8
 #: -> 3072 0.50 against 0.68 (NumPy 0.53); 6 features a tile against 4: 0.50 against 0.58.
 _GEMV_DEFAULT_UP_TO = 8
 _GEMV_ROWS = 6
-#: The multiply-adds from which a matrix-vector product shares its features among the
-#: threads: waking them costs more than a small product's work (Zen 5, two threads,
-#: 2026-12-05, with bias: 1 x 110 -> 440 7.0 us serial against 16.0 parallel, 1 x 16 -> 16
-#: 4.0 against 8.6; 1 x 512 -> 1000 25.5 against 21.1).
-_GEMV_PARALLEL_FROM = 1 << 17
 
 
 def default_config(
@@ -322,7 +317,7 @@ def default_config(
             **cfg,
             **unused,
             **tile,
-            "parallel": batch * in_features * out_features >= _GEMV_PARALLEL_FROM,
+            "parallel": batch * in_features * out_features >= GEMV_PARALLEL_FROM,
             "epilogue_at": epilogue_at,
             "vectors": "k",
         }

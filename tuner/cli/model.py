@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .options import positive
+from .options import add_shape_flag, positive
 from .output import add_format_flags, console, emit, to_stdout
 from .text import speed
 
@@ -236,13 +236,7 @@ def add_commands(sub: Any) -> None:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("model", type=Path, help="an .onnx file")
         p.add_argument("--log", type=Path, default=None, help="tuning log or a folder of logs")
-        p.add_argument(
-            "--shape",
-            action="append",
-            default=[],
-            metavar="NAME=D1,D2,...",
-            help="dimensions of an input with symbolic ones (repeatable)",
-        )
+        add_shape_flag(p)
         p.add_argument("--target", default="cpu")
         p.add_argument("--threads", type=positive(int), default=None, help="default: all cores")
         if name in ("run", "profile"):

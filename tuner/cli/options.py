@@ -44,6 +44,17 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def add_shape_flag(p: argparse.ArgumentParser) -> None:
+    """``--shape NAME=D1,D2,...`` (repeatable): the dimensions of an input with symbolic ones."""
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1,D2,...",
+        help="dimensions of an input with symbolic ones (repeatable)",
+    )
+
+
 def add_search_flags(
     p: argparse.ArgumentParser, *, trials: int, trials_help: str, early_stopping_help: str
 ) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_format_flags", "console", "emit", "machine_readable", "to_stdout"]
+__all__ = ["add_format_flags", "console", "emit", "to_stdout"]
 
 #: Columns of a console that is not a terminal: wide enough that nothing wraps.
 _UNWRAPPED = 1 << 20
@@ -61,10 +61,6 @@ def add_format_flags(p: argparse.ArgumentParser, what: str = "the table") -> Non
 def to_stdout(ns: argparse.Namespace) -> bool:
     """Whether JSON or CSV goes to standard output (so the rest must go to standard error)."""
     return "-" in (getattr(ns, "json", None), getattr(ns, "csv", None))
-
-
-def machine_readable(ns: argparse.Namespace) -> bool:
-    return getattr(ns, "json", None) is not None or getattr(ns, "csv", None) is not None
 
 
 def emit(

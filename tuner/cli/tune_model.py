@@ -86,7 +86,7 @@ def cmd_tune_model(ns: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Add ``tune-model`` to the ``tuner`` command's subparsers."""
     from ..tuning.tune_model import PATIENCE
-    from .options import add_search_flags
+    from .options import add_search_flags, add_shape_flag
 
     p = sub.add_parser(
         "tune-model",
@@ -100,12 +100,6 @@ def add_commands(sub: Any) -> None:
         early_stopping_help=f"a task that has not improved in N trials drops out (default {PATIENCE})",
     )
     p.add_argument("--scheduler", default="gradient", help="task scheduler (default gradient)")
-    p.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=D1,D2,...",
-        help="dimensions of an input with symbolic ones (repeatable)",
-    )
+    add_shape_flag(p)
     add_format_flags(p, "the summary")
     p.set_defaults(func=cmd_tune_model)

@@ -140,9 +140,9 @@ def tune(
         tuner = ctx.tuner(task, canonical_records(logged), space=space, shared_index=index)
         tuner.budget = opts.trials
         watch = _SinceBest(tuner.best)
-        ctx.on_batch.append(watch)
-        if progress is not None:
-            ctx.on_batch.append(_reporter(progress, opts.trials, ctx, tuner.best))
+        ctx.on_batch.append(
+            watch if progress is None else _reporter(progress, opts.trials, ctx, watch)
+        )
         while tuner.done < opts.trials:
             if ctx.out_of_time():
                 stopped = "time limit reached"
@@ -197,10 +197,10 @@ class _SinceBest:
 
 
 def _reporter(
-    progress: Callable[[TuneProgress], None], total: int, ctx: TuneContext, best: Record | None
+    progress: Callable[[TuneProgress], None], total: int, ctx: TuneContext, watch: _SinceBest
 ) -> BatchHook:
-    """The ``progress`` callback as a batch hook: each trial's number, the best so far, errors."""
-    watch = _SinceBest(best)
+    """The ``progress`` callback as a batch hook: ``watch`` told of each record in turn, then
+    the trial's number, the best so far and the errors reported."""
 
     def report(index: int, tt: TaskTuner, records: list[Record]) -> None:
         # done counts the batch once told (own) or as of the claims (shared)
