@@ -37,6 +37,7 @@ __all__ = [
     "build_op",
     "compile_model",
     "create_schedule",
+    "load",
     "lower",
     "te",
 ]
@@ -56,4 +57,8 @@ def __getattr__(name: str) -> object:
         from .model import compile_model
 
         return compile_model
+    if name == "load":
+        from .model.artifact import load
+
+        return load
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """The ``tuner compile``, ``tuner run`` and ``tuner profile`` commands: whole ONNX models.
 
-tuner compile model.onnx --log tune.jsonl --shape data=8,3,224,224
+tuner compile model.onnx --log tune.jsonl --shape data=8,3,224,224 -o model.tpk
 tuner run model.onnx --log tune.jsonl --repeat 50 --compare onnxruntime
+tuner run model.tpk --compare onnxruntime      # a compiled model: loads, compiles nothing
 tuner profile model.onnx --compare onnxruntime --csv layers.csv
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,19 +44,61 @@ def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 def _compile(ns: argparse.Namespace, out: Any) -> Any:
-    """The module ``ns`` asks for, its kernels built (with a progress bar on a terminal)."""
+    """The module ``ns`` asks for, its kernels built (with a progress bar on a terminal):
+    compiled from an ONNX file, or loaded from a compiled one (``tuner compile -o``)."""
     from ..model import compile_model
+    from ..model.artifact import load
     from ..target import Target
 
-    target = Target.from_name(ns.target, **({"num_threads": ns.threads} if ns.threads else {}))
+    saved = _saved(ns.model)
+    if saved and (ns.log is not None or ns.shape):
+        flag = "--log" if ns.log is not None else "--shape"
+        raise ValueError(f"{ns.model} is a compiled model: {flag} was fixed when it was compiled")
     if ns.log is not None and not ns.log.exists():
         raise FileNotFoundError(f"log {ns.log} does not exist")
     with warnings.catch_warnings(record=True) as caught, _building(out):
         warnings.simplefilter("always")
-        mod = compile_model(ns.model, ns.log, shapes=_shapes(ns.shape), target=target)
+        if saved:
+            mod = load(ns.model, threads=ns.threads)
+        else:
+            target = Target.from_name(
+                ns.target, **({"num_threads": ns.threads} if ns.threads else {})
+            )
+            mod = compile_model(ns.model, ns.log, shapes=_shapes(ns.shape), target=target)
     for w in caught:
         out.print(f"[yellow]warning:[/] {w.message}", highlight=False)
     return mod
+
+
+def _saved(path: Path) -> bool:
+    """Whether ``path`` names a compiled model (a zip archive; ONNX files are protobuf)."""
+    if path.suffix == ".tpk":
+        return True
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def _reference(ns: argparse.Namespace, mod: Any) -> Path:
+    """The ONNX file onnxruntime runs for ``--compare``: the model itself, ``--onnx``, or the
+    file a compiled model was compiled from (where it still is, unchanged)."""
+    if ns.onnx is not None:
+        return Path(ns.onnx)
+    if mod.source_model is None:
+        return Path(ns.model)
+    path = Path(mod.source_model["path"])
+    try:
+        same = hashlib.sha256(path.read_bytes()).hexdigest() == mod.source_model["sha256"]
+    except OSError:
+        same = False
+    if not same:
+        raise ValueError(
+            f"--compare needs the ONNX file {ns.model} was compiled from ({path} is gone or"
+            " changed): give it with --onnx PATH"
+        )
+    return path
 
 
 @contextlib.contextmanager
@@ -102,7 +147,11 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         out.print("the model has symbolic input dimensions: give them with --shape NAME=D1,D2")
         return 1
     plans = mod.report()
-    doc = {"model": str(ns.model), "plans": plans}
+    doc: dict[str, Any] = {"model": str(ns.model), "plans": plans}
+    if ns.output is not None:
+        path = mod.save(ns.output)
+        doc["saved"] = str(path)
+        out.print(f"saved {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     rows = [row for plan in plans for row in plan["tasks"]]
     emit(ns, doc, rows, lambda: out.print(mod.summary(), highlight=False, markup=False))
     return 0
@@ -120,12 +169,19 @@ def _compiled(ns: argparse.Namespace) -> tuple[Any, Any, dict[str, np.ndarray]]:
 def cmd_run(ns: argparse.Namespace) -> int:
     from ..measure.interleave import interleaved, medians
 
+    started = time.perf_counter()
     out, mod, feeds = _compiled(ns)
     outs = mod.run(feeds)
+    first = time.perf_counter() - started
+    compiled = sum(p.compiled for p in mod.plans)
+    out.print(
+        f"first result {first:.2f} s after the start"
+        + (f" ({compiled} kernels compiled)" if compiled else " (no kernel compiled)")
+    )
     fns = {"tuner": lambda: mod.run(feeds)}
     checked = []
     if ns.compare == "onnxruntime":
-        sess = _ort_session(ns.model, mod.target.threads)
+        sess = _ort_session(_reference(ns, mod), mod.target.threads)
         expected = sess.run(None, feeds)
         for name, got, want in zip(mod.output_names, outs, expected, strict=True):
             err = float(np.max(np.abs(got - want))) if got.size else 0.0
@@ -145,6 +201,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
         "threads": mod.target.threads,
         "rounds": ns.repeat,
         "tuner_ms": mine * 1e3,
+        "first_result_s": first,
+        "kernels_compiled": compiled,
     }
     line = (
         f"median of {ns.repeat} rounds on {mod.target.threads} threads: tuner {mine * 1e3:.3f} ms"
@@ -171,7 +229,7 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     df = mod.profile(feeds, repeat=ns.repeat)
     if ns.compare == "onnxruntime":
         try:
-            ort = onnxruntime_profile(ns.model, feeds, mod.target.threads, ns.repeat)
+            ort = onnxruntime_profile(_reference(ns, mod), feeds, mod.target.threads, ns.repeat)
         except ImportError:
             out.print("onnxruntime is not installed (pip install onnxruntime): ours alone")
         else:
@@ -230,11 +288,22 @@ def add_commands(sub: Any) -> None:
     """Add ``compile`` and ``run`` to the ``tuner`` command's subparsers."""
     for name, func, help_text in (
         ("compile", cmd_compile, "import, fuse and build an ONNX model; print its tasks"),
-        ("run", cmd_run, "compile an ONNX model, run and time it (beside onnxruntime)"),
+        ("run", cmd_run, "compile (or load) a model, run and time it (beside onnxruntime)"),
         ("profile", cmd_profile, "each kernel's time and share (beside onnxruntime's nodes)"),
     ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("model", type=Path, help="an .onnx file")
+        if name == "compile":
+            p.add_argument("model", type=Path, help="an .onnx file")
+            p.add_argument(
+                "-o",
+                "--output",
+                type=Path,
+                default=None,
+                metavar="PATH",
+                help="write the compiled model to PATH (run it with tuner run PATH)",
+            )
+        else:
+            p.add_argument("model", type=Path, help="an .onnx file, or a compiled model (-o)")
         p.add_argument("--log", type=Path, default=None, help="tuning log or a folder of logs")
         add_shape_flag(p)
         p.add_argument("--target", default="cpu")
@@ -242,6 +311,14 @@ def add_commands(sub: Any) -> None:
         if name in ("run", "profile"):
             p.add_argument("--repeat", type=positive(int), default=20, help="timed rounds")
             p.add_argument("--compare", choices=["onnxruntime"], default=None)
+            p.add_argument(
+                "--onnx",
+                type=Path,
+                default=None,
+                metavar="PATH",
+                help="the ONNX file --compare runs (default: the model, or the one a"
+                " compiled model was compiled from)",
+            )
             p.add_argument("--seed", type=int, default=0)
         if name == "profile":
             p.add_argument("--top", type=positive(int), default=25, help="rows shown")

@@ -164,6 +164,18 @@ class Backend(abc.ABC):
         ``relower`` gives its loop nest when someone asks for it."""
         return None
 
+    def export_code(self, kernel: Kernel) -> tuple[dict[str, Any], dict[str, bytes]] | None:
+        """``kernel``'s compiled code as files, with what ``install_code`` needs to place them
+        in another process's cache; None where this backend ships none (the loader compiles)."""
+        return None
+
+    def install_code(self, shipped: Sequence[tuple[Mapping[str, Any], Mapping[str, bytes]]]) -> int:
+        """Check the kernels' files ``export_code`` gave (entry, files) and write those this
+        machine's cache lacks (how many); a ``ValueError`` for any file that is not what the
+        backend writes, before anything is written. An installed file serves only a kernel
+        whose source this process generates itself."""
+        return 0
+
 
 _REGISTRY: dict[str, type[Backend]] = {}
 _INSTANCES: dict[str, Backend] = {}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -73,6 +73,15 @@ class BestRecords:
         from search_spaces import canonical_records
 
         self.records = canonical_records(load(source, require=True))  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, records: Iterable[Record]) -> BestRecords:
+        """Records already read (a compiled model's own, ``tuner.model.artifact``), queried alike."""
+        from search_spaces import canonical_records
+
+        self = cls.__new__(cls)
+        self.records = canonical_records(list(records))
+        return self
 
     def match(self, workload: Workload, target: Target) -> Match:
         """The best record and, for a near miss, why it was taken (see ``records.best_match``)."""

@@ -32,7 +32,7 @@ from ..task import Task
 from ..workload import Workload
 from .tasks import KernelSpec, extract
 
-__all__ = ["Lowered", "cache_key", "external_files"]
+__all__ = ["Lowered", "cache_key", "external_files", "read_consts", "write_consts"]
 
 _FORMAT = 1
 
@@ -85,22 +85,19 @@ class Lowered:
             values[name] = Value(name, values[name].dtype, values[name].shape, data)
         return cls(g.name, g.inputs, g.outputs, tuple(specs), tuple(views), values)
 
-    # -- the cache ---------------------------------------------------------------------
+    # -- as data ---------------------------------------------------------------------
 
-    def save(self, key: str, external: list[list[Any]]) -> None:
-        folder = _folder(key)
-        folder.mkdir(parents=True, exist_ok=True)
+    def to_meta(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The lowering as JSON data, and its constants by the names ``meta["consts"]`` lists."""
         consts = {n: v.data for n, v in self.values.items() if v.data is not None}
-        names = sorted(consts)
         meta = {
             "format": _FORMAT,
-            "external": external,
             "name": self.name,
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "views": [list(v) for v in self.views],
             "values": {n: [v.dtype, list(v.shape)] for n, v in self.values.items()},
-            "consts": names,
+            "consts": sorted(consts),
             "specs": [
                 {
                     "workload": s.task.workload.to_json(),
@@ -112,11 +109,55 @@ class Lowered:
                 for s in self.specs
             ],
         }
+        return meta, consts  # type: ignore[return-value]
+
+    @classmethod
+    def from_meta(
+        cls, meta: Mapping[str, Any], consts: Mapping[str, np.ndarray], target: Target
+    ) -> Lowered:
+        """The lowering ``to_meta`` gave ``meta`` and ``consts`` for, its tasks on ``target``.
+
+        Raises ``KeyError``, ``TypeError`` or ``ValueError`` for data that is not one."""
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"a lowered model of format {meta.get('format')!r}, not {_FORMAT}")
+        values = {
+            str(n): Value(str(n), str(dt), tuple(shape), consts.get(n))
+            for n, (dt, shape) in meta["values"].items()
+        }
+        missing = [n for n in meta["consts"] if n not in consts]
+        if missing:
+            raise ValueError(f"constant {missing[0]!r} is missing")
+        specs = tuple(
+            KernelSpec(
+                Task(Workload.from_json(s["workload"]), target),
+                tuple(str(i) for i in s["inputs"]),
+                str(s["output"]),
+                str(s["ops"]),
+                tuple(str(n) for n in s["nodes"]),
+            )
+            for s in meta["specs"]
+        )
+        views = tuple((str(a), str(b)) for a, b in meta["views"])
+        return cls(
+            str(meta["name"]),
+            tuple(str(i) for i in meta["inputs"]),
+            tuple(str(o) for o in meta["outputs"]),
+            specs,
+            views,
+            values,
+        )
+
+    # -- the cache ---------------------------------------------------------------------
+
+    def save(self, key: str, external: list[list[Any]]) -> None:
+        folder = _folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta, consts = self.to_meta()
         tmp = folder / f"consts.{os.getpid()}.tmp.npz"
-        np.savez(tmp, **{f"c{k}": consts[n] for k, n in enumerate(names)})  # type: ignore[arg-type]
+        write_consts(tmp, meta["consts"], consts)
         os.replace(tmp, folder / "consts.npz")
         tmp_meta = folder / f"meta.{os.getpid()}.tmp"
-        tmp_meta.write_text(json.dumps(meta))
+        tmp_meta.write_text(json.dumps({**meta, "external": external}))
         os.replace(tmp_meta, folder / "meta.json")  # last: its presence says the entry is whole
 
     @classmethod
@@ -127,33 +168,21 @@ class Lowered:
             meta = json.loads((folder / "meta.json").read_text())
             if meta.get("format") != _FORMAT or not _externals_unchanged(source, meta["external"]):
                 return None
-            with np.load(folder / "consts.npz", allow_pickle=False) as z:
-                data = {n: z[f"c{k}"] for k, n in enumerate(meta["consts"])}
-            values = {
-                n: Value(n, str(dt), tuple(shape), data.get(n))
-                for n, (dt, shape) in meta["values"].items()
-            }
-            specs = tuple(
-                KernelSpec(
-                    Task(Workload.from_json(s["workload"]), target),
-                    tuple(s["inputs"]),
-                    str(s["output"]),
-                    str(s["ops"]),
-                    tuple(s["nodes"]),
-                )
-                for s in meta["specs"]
-            )
-            views = tuple((str(a), str(b)) for a, b in meta["views"])
-            return cls(
-                str(meta["name"]),
-                tuple(meta["inputs"]),
-                tuple(meta["outputs"]),
-                specs,
-                views,
-                values,
-            )
+            consts = read_consts(folder / "consts.npz", meta["consts"])
+            return cls.from_meta(meta, consts, target)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def write_consts(file: Any, names: Sequence[str], consts: Mapping[str, np.ndarray]) -> None:
+    """``consts`` in ``names``' order as an ``.npz`` (a path or a binary file)."""
+    np.savez(file, **{f"c{k}": consts[n] for k, n in enumerate(names)})  # type: ignore[arg-type]
+
+
+def read_consts(file: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """What ``write_consts`` wrote, by name; arrays only (``allow_pickle=False``)."""
+    with np.load(file, allow_pickle=False) as z:
+        return {str(n): z[f"c{k}"] for k, n in enumerate(names)}
 
 
 def _static_shapes(graph: Graph) -> Graph:

@@ -204,6 +204,8 @@ class Module:
         self.generic = generic
         self.input_names = list(inputs)
         self.output_names = list(outputs)
+        #: The ONNX file a module loaded from a saved one was compiled from (path, SHA-256).
+        self.source_model: dict[str, str] | None = None
         if lowered is not None:
             plan = Plan(lowered, target, records)
             self._plans[plan.signature] = plan
@@ -365,6 +367,13 @@ class Module:
             plan = Plan(lowered, self.target, self.records, prebuilt)
             self._plans[sig] = plan
         return plan
+
+    def save(self, path: str | os.PathLike[str]) -> Any:
+        """Write the module as one file ``tuner.load`` reads back, on this machine or one of
+        the same kind, without compiling (``tuner.model.artifact``); returns its path."""
+        from .artifact import save
+
+        return save(self, path)
 
     # -- reporting -------------------------------------------------------------------
 

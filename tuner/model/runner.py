@@ -84,6 +84,12 @@ class Plan:
         self.masks = list(masks)
         self._warn()
 
+    @property
+    def compiled(self) -> int:
+        """Distinct kernels this plan compiled (in this process), not loaded from a cache."""
+        distinct = {s.task.key: k for s, k in zip(self.specs, self.kernels, strict=True)}
+        return sum(bool(getattr(k.kernel, "wrote_cache", False)) for k in distinct.values())
+
     # -- building --------------------------------------------------------------------
 
     def _layout(self) -> None:

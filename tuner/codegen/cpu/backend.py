@@ -16,7 +16,7 @@ import importlib.util
 import linecache
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -40,6 +40,7 @@ from ..backend import (
     static_signature,
 )
 from ..numba_source import write_module
+from .shipping import cached_files, install_files
 from .source import SLP_UNROLLED_FULLY, render
 from .threads import native_layer
 
@@ -80,8 +81,10 @@ class CpuKernel(Kernel):
         #: Positions of the arguments the kernel writes (compiled as not overlapping any other).
         self._written = written
         stats = [d.stats for d in _dispatchers(module)]
-        self.from_cache = bool(stats) and all(
-            sum(s.cache_hits.values()) and not sum(s.cache_misses.values()) for s in stats
+        # A helper the kernel calls (its chunk body) is compiled only if the kernel is: loaded
+        # with the kernel, it counts neither a hit nor a miss of its own.
+        self.from_cache = any(sum(s.cache_hits.values()) for s in stats) and not any(
+            sum(s.cache_misses.values()) for s in stats
         )
         self.wrote_cache = not self.from_cache  # (reset where the module was already imported)
 
@@ -330,3 +333,11 @@ class NumbaCpuBackend(Backend):
         kernel = CpuKernel(signature, source, module, target, written, relower)
         kernel.wrote_cache = kernel.wrote_cache and imported is None
         return kernel
+
+    def export_code(self, kernel: Kernel) -> tuple[dict[str, Any], dict[str, bytes]] | None:
+        assert isinstance(kernel, CpuKernel)
+        files = cached_files(kernel.module_name)
+        return ({"module": kernel.module_name}, files) if files else None
+
+    def install_code(self, shipped: Sequence[tuple[Mapping[str, Any], Mapping[str, bytes]]]) -> int:
+        return install_files([(str(entry["module"]), files) for entry, files in shipped])
