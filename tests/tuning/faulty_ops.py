@@ -62,3 +62,13 @@ _make("t_hang", _hang)
 _make("t_crash", _crash)
 # Right only where BLAS was told to use one thread (as the runner tells it for threads=1).
 _make("t_blas1", lambda x: x * 2 if os.environ.get("OPENBLAS_NUM_THREADS") == "1" else x)
+
+
+def _own_threads(x: np.ndarray) -> np.ndarray:
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        os._exit(4)  # the runner's thread limit leaked into a process that should not have it
+    return x * 2
+
+
+# Runs only where BLAS keeps its own thread count (the fresh process of the NumPy baseline).
+_make("t_own_threads", _own_threads)

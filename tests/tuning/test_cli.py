@@ -82,7 +82,7 @@ def test_tune_runs_end_to_end_into_the_default_log_and_resumes(
     assert main([*argv, "--trials", "2"]) == 0
     err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
     assert "2 measured this run (0 from the log before), 0 errors" in err
-    assert "NumPy reference, timed in the same runner:" in err
+    assert "NumPy reference, timed in a fresh process:" in err
     assert re.search(r"best is (\d[\d.]*x (faster|slower) than|even with) NumPy", err)
     assert len(load(tmp_path / "tune.jsonl")) == 2
     assert main([*argv, "--trials", "1", "--no-baseline"]) == 0

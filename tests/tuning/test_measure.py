@@ -9,6 +9,7 @@ import pytest
 
 from records import ErrorKind
 from tuner.measure import Candidate, MeasureOptions, Measurer
+from tuner.measure.baseline import fresh_baseline
 from tuner.target import Target
 
 from . import faulty_ops  # noqa: F401  (registers the t_* operators here too)
@@ -77,18 +78,30 @@ def test_a_build_timeout_is_recorded_and_the_pool_recovers() -> None:
     assert first[0].error_kind == ErrorKind.COMPILE_TIMEOUT
 
 
-def test_the_baseline_is_the_reference_timed_in_the_runner_on_the_targets_threads(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_runner_gives_blas_the_targets_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     opts = MeasureOptions(jobs=1, samples=3, min_sample_seconds=0.001, plugins=PLUGIN)
     with Measurer(opts, threads=1) as m:
-        base = m.baseline(cand("t_blas1"))
-        assert base.ok and len(base.samples) == 3 and all(s > 0 for s in base.samples)
         assert m.measure([cand("t_blas1")])[0].ok, "the runner's BLAS got the target's threads"
-        assert m.baseline(cand("t_crash")).error_kind == ErrorKind.RUNTIME_ERROR
-        assert m.baseline(cand("t_double")).ok, "a fresh runner after the crash"
     assert "OPENBLAS_NUM_THREADS" not in os.environ, "the tuner's own environment is unchanged"
+
+
+def test_the_baseline_is_timed_in_a_fresh_process_with_numpys_own_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    opts = MeasureOptions(samples=5, min_sample_seconds=0.001, plugins=PLUGIN)
+    with Measurer(opts, threads=1) as m:  # a runner holding BLAS to one thread is up
+        m.measure([cand("t_double")])
+        base = fresh_baseline(cand("t_own_threads"), opts)
+    assert base.ok, base.error_msg
+    assert len(base.samples) == 5 and all(s > 0 for s in base.samples)
+    crashed = fresh_baseline(cand("t_crash"), opts)
+    assert (
+        crashed.error_kind == ErrorKind.RUNTIME_ERROR and "NumPy timing failed" in crashed.error_msg
+    )
+    hung = fresh_baseline(cand("t_hang"), opts, timeout=3)
+    assert hung.error_kind == ErrorKind.RUN_TIMEOUT
 
 
 def test_samples_are_spread_over_passes() -> None:

@@ -59,7 +59,7 @@ def test_compute_bound_rates_are_gflops() -> None:
 
 def test_the_summary_shows_the_best_beside_numpy() -> None:
     assert (
-        "NumPy reference, timed in the same runner: 5.000 ms; best is 2.5x faster than NumPy"
+        "NumPy reference, timed in a fresh process: 5.000 ms; best is 2.5x faster than NumPy"
         in _show(None)
     )
 

@@ -109,7 +109,7 @@ UNRELIABLE = 0.5
 def baseline_line(r: TuneResult) -> str:
     """The NumPy reference beside the best: a ratio, or why no ratio can be trusted."""
     assert r.numpy_seconds is not None and r.best is not None
-    figure = f"NumPy reference, timed in the same runner: {milliseconds(r.numpy_seconds, r.numpy_iqr or 0.0)} ms"
+    figure = f"NumPy reference, timed in a fresh process: {milliseconds(r.numpy_seconds, r.numpy_iqr or 0.0)} ms"
     spread = (r.numpy_iqr or 0.0) / r.numpy_seconds
     if spread > UNRELIABLE:
         return f"{figure}; its samples spread by {100 * spread:.0f}% of their median: no reliable comparison"

@@ -75,7 +75,7 @@ def build_candidate(c: Candidate) -> tuple[str, str, float]:
 
 
 class _Calls:
-    """A plain function timed like a kernel (the NumPy baseline)."""
+    """A plain function timed like a kernel (the NumPy baseline, ``tuner.measure.baseline``)."""
 
     def __init__(self, fn: Callable[[], Any]):
         self.fn = fn
@@ -175,19 +175,6 @@ def run_candidate(
     return {"kind": ErrorKind.OK.value, "samples": samples, "seconds": time.perf_counter() - t0}
 
 
-def run_baseline(c: Candidate, opts: MeasureOptions, refs: dict[str, Any]) -> dict[str, Any]:
-    """Time the operator's NumPy reference on ``c``'s inputs, as candidates are timed."""
-    from search_spaces import get_operator
-
-    op = get_operator(c.op)
-    inputs, _ = _workload_arrays(op, c, refs)
-    try:
-        samples = _time(_Calls(lambda: op.reference(*inputs, **c.args)), opts)
-    except Exception as exc:
-        return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc)}
-    return {"kind": ErrorKind.OK.value, "samples": samples}
-
-
 # What a closed pipe raises: the tuner stopped, or gave up on this runner.
 _PIPE_GONE = (EOFError, BrokenPipeError, ConnectionResetError)
 
@@ -219,12 +206,8 @@ def runner_main(
 def _serve(conn: Connection) -> None:
     refs: dict[str, Any] = {}
     while True:
-        what, c, opts = conn.recv()
+        c, opts = conn.recv()
         try:
-            if what == "baseline":
-                conn.send("loaded")
-                conn.send(run_baseline(c, opts, refs))
-                continue
             reply = run_candidate(c, opts, refs, loaded=lambda: conn.send("loaded"))
             conn.send(reply)
             if reply.get("fresh"):

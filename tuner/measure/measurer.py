@@ -47,8 +47,8 @@ class _Runner:
             daemon=True,
         )
         # BLAS reads its thread count when NumPy loads, which the runner does on
-        # import: give it the target's count, so that the NumPy baseline runs on
-        # as many threads as the candidates (unless the user set it).
+        # import: give it the target's count, so that the reference each candidate
+        # is checked against does not spread over more cores than the candidates.
         with _environ({v: str(self.threads) for v in _BLAS_THREADS}):
             self.proc.start()
         child.close()
@@ -69,8 +69,8 @@ class _Runner:
                 self.proc.join()
         self.proc = None
 
-    def run(self, c: Candidate, opts: MeasureOptions, what: str = "candidate") -> dict[str, Any]:
-        """Run candidate ``c`` (or, with ``what="baseline"``, its NumPy reference)."""
+    def run(self, c: Candidate, opts: MeasureOptions) -> dict[str, Any]:
+        """Run candidate ``c``: check it against its NumPy reference once, then time it."""
         if self.proc is None or not self.proc.is_alive():
             self._start()
             # Starting Python and importing Numba takes seconds on a loaded machine:
@@ -81,7 +81,7 @@ class _Runner:
                     "kind": ErrorKind.RUNTIME_ERROR.value,
                     "msg": f"the runner process did not start within {_STARTUP_TIMEOUT:g} s",
                 }
-        self.conn.send((what, c, opts))
+        self.conn.send((c, opts))
         # Loading the kernel and computing the reference may take as long as a build
         # on a loaded machine; the run timeout starts when the runner says "loaded".
         limit, reply = opts.build_timeout, self._wait(opts.build_timeout)
@@ -223,21 +223,6 @@ class Measurer:
                 if kinds[i] != ErrorKind.OK or p == len(shares) - 1:
                     final(i)
         return [result(i) for i in range(len(candidates))]
-
-    def baseline(self, c: Candidate) -> MeasureResult:
-        """The NumPy reference of ``c``'s workload, timed in the runner like a candidate.
-
-        What a tuned kernel is compared with in the same run and process:
-        same inputs, same timing loop, same threads (BLAS gets the target's
-        count), over ``options.passes`` passes.
-        """
-        samples: list[float] = []
-        for share in _shares(self.options.samples, self.options.passes):
-            out = self._runner.run(c, dataclasses.replace(self.options, samples=share), "baseline")
-            if out["kind"] != ErrorKind.OK.value:
-                return MeasureResult(ErrorKind(out["kind"]), out.get("msg", ""))
-            samples += out["samples"]
-        return MeasureResult(ErrorKind.OK, samples=tuple(samples))
 
     def _build_all(self, candidates: list[Candidate]) -> list[tuple[str, str, float]]:
         futures = self._submit(candidates)

@@ -22,6 +22,7 @@ from records import Record, load
 from records.format import iqr
 
 from ..measure import MeasureOptions, Measurer, ReplayMeasurer
+from ..measure.baseline import fresh_baseline
 from ..measure.load import Load, other_load
 from ..search.study import CLAIM_TIMEOUT
 from ..target import Target
@@ -56,8 +57,8 @@ class TuneOptions:
     #: At the end, measure this many of the fastest configs once more; the best
     #: is then judged on each config's samples pooled (not on one lucky run).
     retime: int = 3
-    #: At the end, time the operator's NumPy reference in the same runner, to
-    #: show the best beside it.
+    #: At the end, time the operator's NumPy reference in a fresh process with NumPy's
+    #: own threading (``tuner.measure.baseline``), to show the best beside it.
     baseline: bool = True
 
 
@@ -87,7 +88,7 @@ class TuneResult:
     best: Record | None
     elapsed: float
     stopped_because: str
-    # The NumPy reference timed in the runner at the end of the run (median
+    # The NumPy reference timed in a fresh process at the end of the run (median
     # seconds; None when not measured: replay, nothing new, or baseline off).
     numpy_seconds: float | None = None
     #: The interquartile range of the NumPy reference's samples (seconds).
@@ -161,7 +162,7 @@ def tune(
         numpy_seconds = numpy_iqr = busy = None
         if isinstance(ctx.measurer, Measurer) and opts.baseline and measured > 0:
             before = other_load()
-            base = ctx.measurer.baseline(task.candidate({}))
+            base = fresh_baseline(task.candidate({}), ctx.measurer.options)
             loads = [x for x in (before, other_load()) if x is not None]
             busy = max(loads, key=lambda x: x.busy, default=None)
             if base.ok and base.samples:
