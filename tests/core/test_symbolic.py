@@ -195,3 +195,37 @@ def test_a_symbol_named_like_a_buffer_is_renamed_in_the_source() -> None:
     b = np.empty(5, np.float32)
     kernel(a, b)
     np.testing.assert_array_equal(b, a * 3)
+
+
+def test_bounds_of_a_quotient_and_remainder_by_a_symbolic_extent() -> None:
+    from tuner.lower.simplify import bounds
+    from tuner.te.expr import Var
+
+    seq, v = Var("seq", "int64", 8, 512), Var("v", "int64")
+    tiles = (seq + 31) // 32  # 1 ... 16
+    ranges = {"seq": (8, 512), "v": (0, 191)}
+    assert bounds(v // tiles, ranges) == (0, 191)
+    assert bounds(v % tiles, ranges) == (0, 15)
+    assert bounds(v % tiles, {**ranges, "v": (0, 3)}) == (0, 3)
+    assert bounds(v // tiles, {"v": (0, 191)}) is None  # the divisor's range is unknown
+
+
+def test_a_generic_batch_matmul_keeps_its_register_tile_free_of_guards() -> None:
+    """A symbolic column count makes the fused parallel loop's quotient and remainder
+    symbolic; the guards ``index >= 0`` on them are proven, so no ``if`` sits inside a
+    vectorized loop (where one kept the attention score matmul scalar, 90x slower)."""
+    from tuner.kernels.dynamic import DynamicOpKernel
+    from tuner.lower.ir import For, If
+    from tuner.lower.visitor import walk_stmts
+
+    seq = te.var("seq", min=8, max=512)
+    target = tuner.Target.from_name("cpu", num_threads=2)
+    dyn = DynamicOpKernel("batch_matmul", {"B": 12, "M": seq, "N": seq, "K": 64}, target)
+    func = tuner.lower(dyn._sched, dyn.tensors, "kernel", target=target)
+    vectorized = [s for s in walk_stmts(func.body) if isinstance(s, For) and s.kind == "vectorize"]
+    assert vectorized
+    for loop in vectorized:
+        assert not any(isinstance(s, If) for s in walk_stmts(loop.body)), loop.var
+    a = np.random.default_rng(0).standard_normal((12, 100, 64)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((12, 64, 100)).astype(np.float32)
+    np.testing.assert_allclose(dyn(a, b), a @ b, rtol=1e-4, atol=1e-4)

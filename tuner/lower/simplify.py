@@ -97,6 +97,17 @@ def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
         if inner is not None and inner[0] >= 0 and inner[0] // d == inner[1] // d:
             return inner[0] % d, inner[1] % d
         return 0, d - 1
+    if isinstance(expr, Binary) and expr.op in ("floordiv", "mod"):
+        # A symbolic divisor (a shape-generic kernel's tile count, ``(seq + 31) // 32``):
+        # bounded by its own range where that is positive and the dividend is not negative.
+        # Unproven, the guards ``index >= 0`` of a fused loop's quotient and remainder stayed
+        # inside register tiles and kept them scalar (a generic attention matmul, 90x).
+        inner, d = bounds(expr.a, ranges), bounds(expr.b, ranges)
+        if inner is None or d is None or d[0] <= 0 or inner[0] < 0:
+            return None
+        if expr.op == "floordiv":
+            return inner[0] // d[1], inner[1] // d[0]
+        return 0, min(d[1] - 1, inner[1])
     if isinstance(expr, Binary) and expr.op in ("min", "max"):
         a, b = bounds(expr.a, ranges), bounds(expr.b, ranges)
         if a is None or b is None:
