@@ -102,12 +102,12 @@ def bounds(expr: Expr, ranges: Ranges) -> tuple[int, int] | None:
         # bounded by its own range where that is positive and the dividend is not negative.
         # Unproven, the guards ``index >= 0`` of a fused loop's quotient and remainder stayed
         # inside register tiles and kept them scalar (a generic attention matmul, 90x).
-        inner, d = bounds(expr.a, ranges), bounds(expr.b, ranges)
-        if inner is None or d is None or d[0] <= 0 or inner[0] < 0:
+        num, div = bounds(expr.a, ranges), bounds(expr.b, ranges)
+        if num is None or div is None or div[0] <= 0 or num[0] < 0:
             return None
         if expr.op == "floordiv":
-            return inner[0] // d[1], inner[1] // d[0]
-        return 0, min(d[1] - 1, inner[1])
+            return num[0] // div[1], num[1] // div[0]
+        return 0, min(div[1] - 1, num[1])
     if isinstance(expr, Binary) and expr.op in ("min", "max"):
         a, b = bounds(expr.a, ranges), bounds(expr.b, ranges)
         if a is None or b is None:
