@@ -93,6 +93,12 @@ def test_symbolic_batch_compiles_per_shape_on_first_sight(rng):
         (got,) = mod.run({"x": x})
         np.testing.assert_allclose(got, ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert [p.signature for p in mod.plans] == [((1, 3, 7, 7),), ((3, 3, 7, 7),)]
+    # The weights are one copy for both shapes: each constant of the second plan is the
+    # first plan's array where it holds the same values.
+    first, second = (p.lowered.values for p in mod.plans)
+    shared = [n for n, v in second.items() if v.data is not None and v.data is first[n].data]
+    weights = [n for n, v in second.items() if v.data is not None and v.data.size >= 8]
+    assert weights and set(weights) <= set(shared)
     given = tuner.compile_model(model, shapes={"x": (4, 3, 7, 7)})
     assert [p.signature for p in given.plans] == [((4, 3, 7, 7),)]
 

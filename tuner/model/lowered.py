@@ -13,6 +13,7 @@ the JSON is data, the arrays load with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -84,6 +85,30 @@ class Lowered:
         for name, data in consts.items():
             values[name] = Value(name, values[name].dtype, values[name].shape, data)
         return cls(g.name, g.inputs, g.outputs, tuple(specs), tuple(views), values)
+
+    def interned(self, table: dict[tuple[str, str, tuple[int, ...]], list[np.ndarray]]) -> Lowered:
+        """The lowering with each constant's data taken from ``table`` where an equal array of
+        its name is there (and put there, as a writable C-contiguous copy, where not).
+
+        A model served at many shapes lowers once per shape, each import bringing its own
+        copy of the weights; sharing one table, its plans share one copy. Equal means the
+        same name, dtype, shape and values (a constant the passes folded from a shape is
+        kept apart); the first plan only copies. An encoder of four BERT-base layers at 45
+        lengths in ``specialize`` held 18 GiB before: two copies of its 113 MB of weights
+        per length.
+        """
+        values = dict(self.values)
+        for name, v in self.values.items():
+            if v.data is None:
+                continue
+            data = np.asarray(v.data)
+            same = table.setdefault((name, data.dtype.str, tuple(data.shape)), [])
+            shared = next((a for a in same if np.array_equal(a, data)), None)
+            if shared is None:
+                shared = np.array(data, order="C")  # owned and writable
+                same.append(shared)
+            values[name] = Value(v.name, v.dtype, v.shape, shared)
+        return dataclasses.replace(self, values=values)
 
     # -- as data ---------------------------------------------------------------------
 

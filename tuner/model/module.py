@@ -196,6 +196,8 @@ class Module:
         self._source = source
         self._types = {name: values[name] for name in inputs}
         self._plans: dict[tuple[tuple[int, ...], ...], Plan] = {}
+        #: Constants shared by the plans (one copy of the weights for all shapes).
+        self._consts: dict[Any, list[np.ndarray]] = {}
         self._lock = threading.Lock()
         self.dynamic = dynamic
         self.symbols: dict[str, Var] = dict(symbols or {})
@@ -207,7 +209,7 @@ class Module:
         #: The ONNX file a module loaded from a saved one was compiled from (path, SHA-256).
         self.source_model: dict[str, str] | None = None
         if lowered is not None:
-            plan = Plan(lowered, target, records)
+            plan = Plan(lowered, target, records, consts=self._consts)
             self._plans[plan.signature] = plan
 
     # -- running ---------------------------------------------------------------------
@@ -310,7 +312,7 @@ class Module:
             shapes = dict(zip(self.input_names, sig, strict=True))
             graph, masks = masked(from_onnx(self._source, shapes), self.padding)
             lowered = Lowered.from_graph(graph, self.target, self.fuse)
-            plan = Plan(lowered, self.target, self.records, masks=masks)
+            plan = Plan(lowered, self.target, self.records, masks=masks, consts=self._consts)
             self._plans[sig] = plan
         feeds = padded + [m.array(values[m.symbol], served[m.symbol]) for m in plan.masks]
         cuts = []
@@ -364,7 +366,7 @@ class Module:
                         " probe shapes; compiling kernels for this shape on its own",
                         stacklevel=3,
                     )
-            plan = Plan(lowered, self.target, self.records, prebuilt)
+            plan = Plan(lowered, self.target, self.records, prebuilt, consts=self._consts)
             self._plans[sig] = plan
         return plan
 

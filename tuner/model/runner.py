@@ -59,11 +59,14 @@ class Plan:
         records: BestRecords | None,
         prebuilt: Sequence[tuple[Any, tuple[int, ...]]] | None = None,
         masks: Sequence[MaskInput] = (),
+        consts: dict[Any, list[np.ndarray]] | None = None,
     ):
         """``prebuilt``: a kernel for each spec and the values of its symbolic extents (the
         shape-generic kernels of ``tuner.model.generic``), instead of building them.
-        ``masks``: those a padded plan takes after the model's inputs (``tuner.model.bucket``)."""
+        ``masks``: those a padded plan takes after the model's inputs (``tuner.model.bucket``).
+        ``consts``: constants shared with the module's other plans (``Lowered.interned``)."""
         started = time.perf_counter()
+        lowered = lowered.interned({} if consts is None else consts)
         self.target, self.lowered = target, lowered
         self.name = lowered.name
         self.signature = tuple(
@@ -141,9 +144,8 @@ class Plan:
             if r not in writes and r not in lw.inputs and not self.values[r].is_const:
                 raise GraphError(f"output value {r!r} is computed by no kernel")
         for name, v in self.values.items():
-            if v.data is not None:
-                data = np.array(v.data, order="C")  # an owned, writable copy
-                slot(name, data.reshape(-1))
+            if v.data is not None:  # interned: owned, writable, C-contiguous
+                slot(name, np.asarray(v.data).reshape(-1))
         self._steps: list[tuple[Any, tuple[_Slot, ...], tuple[int, ...]]] = []
         for spec, kernel, ext in zip(self.specs, self.kernels, self._extents, strict=True):
             args = (*spec.inputs, spec.output)
