@@ -23,6 +23,7 @@ from ...schedule.state import ScheduleError
 from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Select, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
+from .hoist import divisions
 from .threaded import binds, has_parallel, render_threaded, top_level
 
 __all__ = ["SLP_UNROLLED_FULLY", "render"]
@@ -58,8 +59,45 @@ class NumbaRenderer(NumbaSourceRenderer):
         # Stack buffers declared at the top of the function being rendered: name -> (size, dtype).
         self.stack: dict[str, tuple[int, str]] = {}
         self.prange_depth = 0
+        #: Divisions by a symbolic extent named once per loop iteration (``hoist``).
+        self.divs: dict[Expr, str] = {}
+        self.loop_vars = {s.var for s in walk_stmts(func.body) if isinstance(s, For)}
+        self.bound: list[str] = []  # the enclosing loops' variables
 
     # -- expressions -------------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        name = self.divs.get(e) if isinstance(e, Binary) else None
+        return name if name is not None else super().expr(e)
+
+    def loop_body(self, s: For) -> None:
+        outer = self.parallel
+        if s.kind == "parallel":
+            self.parallel = s
+        self.depth += 1
+        try:
+            self.hoisted_body(s)
+        finally:
+            self.depth -= 1
+            self.parallel = outer
+
+    def hoisted_body(self, s: For) -> None:
+        """``s``'s body at ``self.depth``, after naming its divisions by a symbolic extent
+        that only its loop and the enclosing ones bind (``tuner.codegen.cpu.hoist``)."""
+        self.bound.append(s.var)
+        named = []
+        for e in divisions(s.body, s.var, self.bound, self.loop_vars):
+            if e not in self.divs:
+                name = f"d{len(self.divs)}_"
+                self.emit(f"{name} = {self.expr(e)}")
+                self.divs[e] = name
+                named.append(e)
+        try:
+            self.visit(s.body)
+        finally:
+            for e in named:
+                del self.divs[e]
+            self.bound.pop()
+
     def cast(self, e: Cast, value: str) -> str:
         return f"np.{'bool_' if e.dtype == 'bool' else e.dtype}({value})"
 

@@ -132,7 +132,7 @@ def render_threaded(
             if isinstance(item, For) and item.kind == "parallel":
                 r.emit(f"for {item.var} in range(lo_, hi_):")
                 r.depth, r.parallel = 2, item
-                r.visit(item.body)
+                r.hoisted_body(item)
                 entry.append((depth, len(functions), r.expr(item.extent)))
                 lines = [*r.take_stack(), *r.lines]
                 functions.append((f"{func.name}_p{len(functions)}", item, outer, lines))
