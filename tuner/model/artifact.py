@@ -88,7 +88,7 @@ def save(module: Module, path: str | os.PathLike[str]) -> Path:
     members["records.jsonl"] = "".join(f"{line}\n" for line in chosen).encode()
     backend = get_backend(module.target)
     kernels = []
-    for spec, k in _distinct(plan):
+    for spec, k in plan.distinct():
         shipped = backend.export_code(k.kernel)
         entry, files = shipped if shipped is not None else ({}, {})
         for name, data in files.items():
@@ -236,14 +236,6 @@ def _records(data: bytes) -> list[Any]:
     from records import Record
 
     return [Record.from_json(json.loads(line)) for line in data.splitlines() if line.strip()]
-
-
-def _distinct(plan: Any) -> list[tuple[Any, Any]]:
-    """(spec, kernel) of each distinct task of ``plan``, in order."""
-    seen: dict[str, tuple[Any, Any]] = {}
-    for spec, k in zip(plan.specs, plan.kernels, strict=True):
-        seen.setdefault(spec.task.key, (spec, k))
-    return list(seen.values())
 
 
 def _source(module: Module) -> dict[str, str] | None:

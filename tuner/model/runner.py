@@ -87,11 +87,17 @@ class Plan:
         self.masks = list(masks)
         self._warn()
 
+    def distinct(self) -> list[tuple[KernelSpec, Any]]:
+        """(spec, kernel) of each distinct task, in the order they first run."""
+        seen: dict[str, tuple[KernelSpec, Any]] = {}
+        for spec, k in zip(self.specs, self.kernels, strict=True):
+            seen.setdefault(spec.task.key, (spec, k))
+        return list(seen.values())
+
     @property
     def compiled(self) -> int:
         """Distinct kernels this plan compiled (in this process), not loaded from a cache."""
-        distinct = {s.task.key: k for s, k in zip(self.specs, self.kernels, strict=True)}
-        return sum(bool(getattr(k.kernel, "wrote_cache", False)) for k in distinct.values())
+        return sum(bool(getattr(k.kernel, "wrote_cache", False)) for _, k in self.distinct())
 
     # -- building --------------------------------------------------------------------
 

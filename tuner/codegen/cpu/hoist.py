@@ -31,17 +31,13 @@ def divisions(
     ``loop_var`` and no loop variable outside ``bound`` (the enclosing loops' and
     ``loop_var`` itself), inner ones first (an outer one is written with their names)."""
     found: dict[Expr, None] = {}
+    bound, loop_vars = set(bound), set(loop_vars)
 
-    def visit(e: Expr) -> None:
+    def visit(e: Expr) -> None:  # called on every node of every expression, returns no change
         if isinstance(e, Binary) and e.op in ("floordiv", "mod") and not isinstance(e.b, Const):
-            names = {v.name for v in walk(e) if isinstance(v, Var)} & set(loop_vars)
-            if loop_var in names and names <= set(bound):
+            names = {v.name for v in walk(e) if isinstance(v, Var)} & loop_vars
+            if loop_var in names and names <= bound:
                 found[e] = None
 
-    def record(e: Expr) -> None:
-        for node in walk(e):
-            visit(node)
-        return None
-
-    substitute_stmt(body, lambda e: record(e))
+    substitute_stmt(body, visit)
     return sorted(found, key=lambda e: len(walk(e)))

@@ -82,10 +82,12 @@ class NumbaRenderer(NumbaSourceRenderer):
 
     def hoisted_body(self, s: For) -> None:
         """``s``'s body at ``self.depth``, after naming its divisions by a symbolic extent
-        that only its loop and the enclosing ones bind (``tuner.codegen.cpu.hoist``)."""
+        that only its loop and the enclosing ones bind (``tuner.codegen.cpu.hoist``; a kernel
+        without symbolic extents has none, and skips the search)."""
         self.bound.append(s.var)
         named = []
-        for e in divisions(s.body, s.var, self.bound, self.loop_vars):
+        found = divisions(s.body, s.var, self.bound, self.loop_vars) if self.symbols else []
+        for e in found:
             if e not in self.divs:
                 name = f"d{len(self.divs)}_"
                 self.emit(f"{name} = {self.expr(e)}")
