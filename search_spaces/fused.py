@@ -193,14 +193,41 @@ def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
         flat = False  # rows that hold a vector each: no division of the flat index per element
     cols = _cols(p, flat)
     vector = 1 if p.reduce_out else next(f for f in (4, 2, 1) if f == 1 or lanes * f <= cols)
+    parallel = tgt.threads != 1 and p.bytes >= PARALLEL_FROM_BYTES
+    tasks = [t for t in _TASKS if t <= max(work, _TASKS[0]) and t <= 65536]
     return {
-        "task": max(t for t in _TASKS if t <= max(work, _TASKS[0]) and t <= 65536),
-        "parallel": tgt.threads != 1 and p.bytes >= PARALLEL_FROM_BYTES,
+        "task": _balanced(p, flat, tasks, tgt.threads) if parallel else max(tasks),
+        "parallel": parallel,
         "flat": flat,
         "reductions": "row" if at_row else "root",
         "vector": vector,
         "unroll": 1,
     }
+
+
+def _balanced(p: _Plan, flat: bool, tasks: Sequence[int], threads: int) -> int:
+    """The largest task size whose tasks share out evenly over ``threads``.
+
+    Each thread runs one contiguous run of tasks (``tuner.codegen.cpu.launch``), so
+    four tasks of 1024 pixels over a 3136-pixel max pool gave one thread 2048 and the
+    other 1088. A size is taken when the busiest thread does at most a ninth more than
+    an even share; else the most even one."""
+
+    def split(task: int) -> tuple[int, int]:  # (units, units per task), as ``schedule`` splits
+        if p.reduce_out:
+            return p.size, min(max(1, task // p.work), p.size)
+        if flat:
+            return p.size, min(task, p.size)
+        rows = p.size // p.inner
+        return rows, min(max(1, task // p.inner), rows)
+
+    def evenness(task: int) -> float:
+        units, per = split(task)
+        rounds = math.ceil(math.ceil(units / per) / threads)  # tasks of the busiest thread
+        return units / (threads * rounds * per)
+
+    even = [t for t in tasks if evenness(t) >= 0.9]
+    return max(even) if even else max(tasks, key=lambda t: (evenness(t), t))
 
 
 @functools.lru_cache(maxsize=64)
