@@ -63,7 +63,7 @@ class BuildOptions:
     A backend reads the fields that mean something to it and ignores the rest.
     """
 
-    vectorizer: str = "auto"  # "auto", "slp" (register blocks) or "loop"
+    vectorizer: str = "auto"  # "auto", "slp" (register blocks), "loop" or "both"
     fastmath_contract: bool = True  # allow fused multiply-add
     #: How top-level parallel loops run on a CPU: "threads" (nogil chunks on a
     #: thread pool, compiled as fast as serial code) or "prange" (Numba's parfors).

@@ -25,6 +25,7 @@ from ...te.expr import Binary, Call, Cast, Const, Expr, Select, Var, substitute,
 from ..numba_source import NumbaSourceRenderer
 from .hoist import divisions
 from .threaded import binds, has_parallel, render_threaded, top_level
+from .unswitch import branches, invariant_select
 
 __all__ = ["SLP_UNROLLED_FULLY", "render"]
 
@@ -32,9 +33,10 @@ __all__ = ["SLP_UNROLLED_FULLY", "render"]
 _MAX_SCRATCH_BYTES = 256 * 1024 * 1024
 #: The longest constant loop LLVM unrolls fully before its vectorizers run (``_chunk``).
 SLP_UNROLLED_FULLY = 32
-#: ... when each lane selects (min, max, a comparison) at most once; a heavier lane
-#: (clip's max then min) is unrolled fully only up to this many.
-SLP_UNROLLED_HEAVY = 16
+#: What LLVM's early full unroll takes, in ``_lane_cost`` units: lanes x cost of one lane.
+#: Measured on its decisions (register tiles of 32 lanes at cost 8 and relu epilogues at 9
+#: were unrolled fully; clip at 11 and a residual add with relu at 12 were not).
+_UNROLL_BUDGET = 320
 #: The longest SIMD loop staged through a stack buffer (see ``NumbaRenderer._stage``).
 _MAX_STAGED = 64
 #: float32 intrinsics with a vectorizable inline version in ``runtime`` (``exp32``...).
@@ -158,6 +160,8 @@ class NumbaRenderer(NumbaSourceRenderer):
             for k in range(int(trips.value)):
                 self.visit(substitute_stmt(s.body, binds(s.var, Const(k)), simplify))
             return
+        if self._unswitch(s):
+            return
         if self.stage_vectors and self._chunk(s):
             return
         if self.stage_vectors and self._stage(s):
@@ -175,6 +179,25 @@ class NumbaRenderer(NumbaSourceRenderer):
         self.emit(f"for {s.var} in range({extent}):")
         self.loop_body(s)
 
+    def _unswitch(self, s: For) -> bool:
+        """An innermost loop under a select its iterations do not change: ``if cond:`` the
+        loop with the select's first value, ``else:`` with its second (``unswitch``)."""
+        if s.kind not in ("serial", "vectorize"):
+            return False
+        sel = invariant_select(s.body, s.var)
+        if sel is None:
+            return False
+        then, orelse = branches(s.body, sel)
+        self.emit(f"if {self.expr(sel.cond)}:")
+        if then is None:
+            self.emit("pass", self.depth + 1)
+        else:
+            self.block(For(s.var, s.extent, s.kind, then))
+        if orelse is not None:
+            self.emit("else:")
+            self.block(For(s.var, s.extent, s.kind, orelse))
+        return True
+
     def _chunk(self, s: For) -> bool:
         """A SIMD loop longer than LLVM unrolls early: as loops of at most ``SLP_UNROLLED_FULLY``.
 
@@ -190,11 +213,14 @@ class NumbaRenderer(NumbaSourceRenderer):
         lane that selects twice (an epilogue's ``clip``: max, then min) was
         unrolled by 8 only in a loop of 32, and the epilogue of a convolution
         ran scalar (16 -> 96 channels, 1 x 1, 112 x 112: 0.52 ms against
-        relu's 0.32); such loops are cut at ``SLP_UNROLLED_HEAVY`` lanes.
+        relu's 0.32), and so did a residual add before a relu (1 x 1, 64 -> 256
+        channels at 56 x 56: 0.37 ms against 0.21 without it). The chunk is the
+        longest of 32, 16, 8... lanes whose total cost stays within what the
+        unroller takes (``_lane_cost``).
         """
         if s.kind != "vectorize" or not isinstance(s.extent, Const):
             return False
-        n, chunk = int(s.extent.value), _unrolled_fully(s.body)
+        n, chunk = int(s.extent.value), _unrolled_fully(s.body, s.var)
         if n <= chunk:
             return False
         for lo in range(0, n, chunk):
@@ -335,14 +361,31 @@ class NumbaRenderer(NumbaSourceRenderer):
         """Nothing to wait for: a CPU kernel runs no block of threads."""
 
 
-def _selects(e: Expr) -> int:
-    """Selects of values one evaluation of ``e`` makes (a float min, max or conditional;
-    an index's clamp is not one)."""
+def _lane_cost(body: Stmt, var: str) -> int:
+    """What one lane of a SIMD loop over ``var`` costs LLVM's unroller, roughly.
+
+    Only what varies with the lane counts (the rest is hoisted before the
+    unroller runs): a load or a store 2 (the access and its address), a float
+    operation 1, a min, max or select 2 (a compare and a select); integer index
+    arithmetic folds into the addresses once the loop is unrolled.
+    """
+
+    def varies(e: Expr) -> bool:
+        return any(isinstance(x, Var) and x.name == var for x in walk(e))
+
+    def cost(e: Expr) -> int:
+        if isinstance(e, Load):
+            own = 2
+        elif isinstance(e, Select) or (isinstance(e, Binary) and e.op in ("min", "max")):
+            own = 2 if is_float(e.dtype) else 0
+        elif isinstance(e, (Binary, Cast, Call)):
+            own = 1 if is_float(e.dtype) else 0
+        else:
+            own = 0
+        return own if varies(e) else 0
+
     return sum(
-        1
-        for x in walk(e)
-        if is_float(x.dtype)
-        and ((isinstance(x, Binary) and x.op in ("min", "max")) or isinstance(x, Select))
+        2 + sum(cost(x) for x in walk(s.value)) for s in walk_stmts(body) if isinstance(s, Store)
     )
 
 
@@ -356,10 +399,12 @@ def _transcendental(e: Expr) -> bool:
     )
 
 
-def _unrolled_fully(body: Stmt) -> int:
+def _unrolled_fully(body: Stmt, var: str) -> int:
     """The lanes of a SIMD loop over ``body`` that LLVM unrolls fully (``NumbaRenderer._chunk``)."""
-    heavy = any(isinstance(s, Store) and _selects(s.value) > 1 for s in walk_stmts(body))
-    return SLP_UNROLLED_HEAVY if heavy else SLP_UNROLLED_FULLY
+    cost, chunk = max(_lane_cost(body, var), 1), SLP_UNROLLED_FULLY
+    while chunk > 4 and chunk * cost > _UNROLL_BUDGET:
+        chunk //= 2
+    return chunk
 
 
 def _stack_array(size: int, dtype: str) -> str:

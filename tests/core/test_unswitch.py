@@ -1,0 +1,118 @@
+"""Selects an innermost loop does not change, taken out of it; short lanes without a register
+block get both LLVM vectorizers; a fused kernel's tasks share out evenly over the threads."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import tuner
+from search_spaces import fused
+from tuner.codegen.cpu.backend import _dispatchers
+from tuner.codegen.cpu.unswitch import branches, invariant_select
+from tuner.lower.ir import For, Load, Store
+from tuner.target import Target, cpu_flags
+from tuner.te.expr import Binary, Const, Select, Var, compare
+
+TARGET = Target.from_name("cpu", num_threads=2)
+RNG = np.random.default_rng(11)
+
+
+def _max_pool(C: int, H: int, pad: int, stride: int) -> str:
+    out = (H + 2 * pad - 3) // stride + 1
+    graph = {
+        "consts": [],
+        "format": 1,
+        "inputs": [{"dtype": "float32", "shape": [1, H, H, C]}],
+        "nodes": [
+            {
+                "attrs": {
+                    "ceil_mode": 0,
+                    "dilations": [1, 1],
+                    "kernel_shape": [3, 3],
+                    "pads": [pad] * 4,
+                    "strides": [stride, stride],
+                },
+                "inputs": ["x0"],
+                "op": "tuner.NhwcMaxPool",
+                "outputs": [{"dtype": "float32", "name": "t0", "shape": [1, out, out, C]}],
+            }
+        ],
+        "opset": 17,
+        "outputs": ["t0"],
+    }
+    return json.dumps(graph, separators=(",", ":"))
+
+
+def _window_max(x: np.ndarray, pad: int, stride: int) -> np.ndarray:
+    n, h, w, c = x.shape
+    xp = np.full((n, h + 2 * pad, w + 2 * pad, c), -np.inf, np.float32)
+    xp[:, pad : pad + h, pad : pad + w] = x
+    out = (h + 2 * pad - 3) // stride + 1
+    y = np.full((n, out, out, c), -np.inf, np.float32)
+    for r in range(3):
+        for s in range(3):
+            y = np.maximum(y, xp[:, r : r + stride * out : stride, s : s + stride * out : stride])
+    return y
+
+
+@pytest.mark.parametrize(
+    ("C", "H", "pad", "stride"), [(24, 13, 1, 2), (16, 9, 1, 1), (7, 10, 0, 2)]
+)
+def test_a_padded_channels_last_max_pool_tests_bounds_outside_the_channel_loop(
+    C: int, H: int, pad: int, stride: int
+) -> None:
+    """The bounds test of a padded window is asked once per window step, not once per
+    channel: its loop over channels is a plain max, vectorized; a loop of 16 or 24 channels
+    (which LLVM unrolls before its loop vectorizer runs) is compiled with both vectorizers."""
+    kern = tuner.build_op("fused", target=TARGET, graph=_max_pool(C, H, pad, stride)).kernel
+    if pad:
+        assert re.search(r"\n\s+if \(.*>= 1\)", kern.source)
+        assert not re.search(r"\bif\b[^:\n]*\belse\b", kern.source)  # no select left
+    assert "# vectorizer=both " in kern.source
+    x = RNG.standard_normal((1, H, H, C)).astype(np.float32)
+    out = (H + 2 * pad - 3) // stride + 1
+    y = np.full((1, out, out, C), np.nan, np.float32)
+    kern(x, y)
+    np.testing.assert_array_equal(y, _window_max(x, pad, stride))
+    if C < 16 or "avx" not in cpu_flags():
+        return
+    module = sys.modules[kern.module_name]
+    asm = "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
+    assert re.findall(r"\bvmaxps\b", asm)
+
+
+def test_the_identity_branch_of_a_window_update_is_dropped() -> None:
+    inside = compare("ge", Var("h", "int64"), Const(1))
+    acc = Load("R", (Var("c", "int64"),), "float32")
+    read = Load("X", (Var("h", "int64"), Var("c", "int64")), "float32")
+    body = Store("R", (Var("c", "int64"),), Binary("max", acc, Select(inside, read, Const(-np.inf, "float32"), "float32"), "float32"))  # fmt: skip
+    sel = invariant_select(body, "c")
+    assert sel is not None and sel.cond == inside
+    then, orelse = branches(body, sel)
+    assert then == Store("R", (Var("c", "int64"),), Binary("max", acc, read, "float32"))
+    assert orelse is None
+    # A condition that reads the loop's own variable stays where it is.
+    per_lane = Select(compare("ge", Var("c", "int64"), Const(1)), read, Const(0.0, "float32"), "float32")  # fmt: skip
+    assert invariant_select(Store("R", (Var("c", "int64"),), per_lane), "c") is None
+    # So does one around a body that holds a loop.
+    assert invariant_select(For("c", Const(4), "serial", body), "h") is None
+
+
+@pytest.mark.parametrize("C", [64, 24, 96])
+def test_a_parallel_fused_default_shares_its_tasks_evenly(C: int) -> None:
+    """Each thread runs one contiguous run of tasks: four of 1024 pixels over 3136 gave one
+    thread nearly twice the other's."""
+    text = _max_pool(C, 112, 1, 2)
+    cfg = fused.default_config(text, TARGET)
+    if not cfg["parallel"]:
+        return
+    rows = 56 * 56
+    per = max(1, cfg["task"] // C)
+    tasks = -(-rows // per)
+    busiest = -(-tasks // 2) * per
+    assert busiest <= 1.12 * rows / 2, (cfg, per, tasks)
