@@ -193,6 +193,10 @@ def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
         flat = False  # rows that hold a vector each: no division of the flat index per element
     cols = _cols(p, flat)
     vector = 1 if p.reduce_out else next(f for f in (4, 2, 1) if f == 1 or lanes * f <= cols)
+    period = 0 if flat or p.reduce_out else _concat_period(text)
+    aligned = [f for f in (4, 2, 1) if f <= vector and period % (lanes * f) == 0]
+    if period and aligned:
+        vector = aligned[0]  # each vector tile inside one piece: its select is asked once
     parallel = tgt.threads != 1 and p.bytes >= PARALLEL_FROM_BYTES
     tasks = [t for t in _TASKS if t <= max(work, _TASKS[0]) and t <= 65536]
     return {
@@ -203,6 +207,26 @@ def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
         "vector": vector,
         "unroll": 1,
     }
+
+
+@functools.lru_cache(maxsize=64)
+def _concat_period(text: str) -> int:
+    """The greatest common divisor of the pieces of every concat along the output's last
+    axis (0 without one). A column tile that divides it lies inside one piece, so which
+    piece it reads is the same for the whole tile (``tuner.codegen.cpu.unswitch``): a
+    DenseNet layer's batch norm and relu over the concat of 25 inputs tested the 24
+    boundaries at every channel, 0.31 ms for 14 x 14 x 1024 floats."""
+    g = group(text)
+    rank = len(g.value(g.outputs[0]).shape)
+    period = 0
+    for n in g.nodes:
+        if n.op != "Concat" or len(g.value(n.outputs[0]).shape) != rank:
+            continue
+        if int(n.attr("axis", 0)) % rank != rank - 1:
+            continue
+        for i in n.inputs:
+            period = math.gcd(period, int(g.value(i).shape[-1]))
+    return period
 
 
 def _balanced(p: _Plan, flat: bool, tasks: Sequence[int], threads: int) -> int:

@@ -60,3 +60,44 @@ def test_parts_that_do_not_line_up_stay_divided():
     for v in range(101):
         assert _value(got, {"x": v}) == 3 * (v // 4) + v % 4
     assert _divisions(got) == 2
+
+
+def _evaluate(e, env):  # type: ignore[no-untyped-def]
+    from tuner.te.expr import Compare
+
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, Binary):
+        a, b = _evaluate(e.a, env), _evaluate(e.b, env)
+        ops = {"add": int.__add__, "sub": int.__sub__, "mul": int.__mul__}
+        return ops[e.op](a, b)
+    assert isinstance(e, Compare), e
+    a, b = _evaluate(e.a, env), _evaluate(e.b, env)
+    return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[e.op]
+
+
+def test_a_tile_inside_one_concat_piece_compares_its_tile_index():
+    from tuner.te.expr import compare
+
+    c, t = Var("c", "int64"), Var("t", "int64")
+    got = simplify(compare("lt", c + t * 32, Const(288)), {"c": (0, 31)})
+    assert {v.name for v in walk(got) if isinstance(v, Var)} == {"t"}
+    assert repr(got) == repr(compare("lt", t, Const(9)))
+    # A lane range that crosses a multiple of 32 decides nothing about t alone.
+    wide = simplify(compare("lt", c + t * 32, Const(288)), {"c": (0, 32)})
+    assert "c" in {v.name for v in walk(wide) if isinstance(v, Var)}
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge"])
+@pytest.mark.parametrize(("m", "lane", "offset", "k"), [(32, 32, 0, 288), (16, 8, 5, 77), (8, 8, -3, 0), (4, 3, 1, 10)])  # fmt: skip
+def test_coarse_comparisons_agree_with_the_original_everywhere(op, m, lane, offset, k):
+    from tuner.te.expr import compare
+
+    c, t, u = Var("c", "int64"), Var("t", "int64"), Var("u", "int64")
+    e = compare(op, c + t * m + u * (2 * m) + Const(offset), Const(k))
+    got = simplify(e, {"c": (0, lane - 1)})
+    for cv, tv, uv in itertools.product(range(lane), range(-12, 13), range(-3, 4)):
+        env = {"c": cv, "t": tv, "u": uv}
+        assert _evaluate(got, env) == _evaluate(e, env), (env, got)

@@ -91,16 +91,16 @@ def test_the_identity_branch_of_a_window_update_is_dropped() -> None:
     acc = Load("R", (Var("c", "int64"),), "float32")
     read = Load("X", (Var("h", "int64"), Var("c", "int64")), "float32")
     body = Store("R", (Var("c", "int64"),), Binary("max", acc, Select(inside, read, Const(-np.inf, "float32"), "float32"), "float32"))  # fmt: skip
-    sel = invariant_select(body, "c")
-    assert sel is not None and sel.cond == inside
-    then, orelse = branches(body, sel)
+    found = invariant_select(body, "c", Const(8))
+    assert found is not None and found[1] == inside
+    then, orelse = branches(body, found[0])
     assert then == Store("R", (Var("c", "int64"),), Binary("max", acc, read, "float32"))
     assert orelse is None
     # A condition that reads the loop's own variable stays where it is.
     per_lane = Select(compare("ge", Var("c", "int64"), Const(1)), read, Const(0.0, "float32"), "float32")  # fmt: skip
-    assert invariant_select(Store("R", (Var("c", "int64"),), per_lane), "c") is None
+    assert invariant_select(Store("R", (Var("c", "int64"),), per_lane), "c", Const(8)) is None
     # So does one around a body that holds a loop.
-    assert invariant_select(For("c", Const(4), "serial", body), "h") is None
+    assert invariant_select(For("c", Const(4), "serial", body), "h", Const(8)) is None
 
 
 @pytest.mark.parametrize("C", [64, 24, 96])
@@ -116,3 +116,47 @@ def test_a_parallel_fused_default_shares_its_tasks_evenly(C: int) -> None:
     tasks = -(-rows // per)
     busiest = -(-tasks // 2) * per
     assert busiest <= 1.12 * rows / 2, (cfg, per, tasks)
+
+
+def _concat_bn_relu(pieces: list[int], hw: int) -> str:
+    c = sum(pieces)
+    n = len(pieces)
+    ins = [{"dtype": "float32", "shape": [1, hw, hw, k]} for k in pieces]
+    ins += [{"dtype": "float32", "shape": [1, 1, 1, c]}] * 2
+
+    def out(name: str) -> list[dict[str, object]]:
+        return [{"dtype": "float32", "name": name, "shape": [1, hw, hw, c]}]
+
+    nodes = [
+        {"attrs": {"axis": 3}, "inputs": [f"x{i}" for i in range(n)], "op": "Concat",
+         "outputs": out("t0")},
+        {"attrs": {}, "inputs": ["t0", f"x{n}"], "op": "Mul", "outputs": out("t1")},
+        {"attrs": {}, "inputs": ["t1", f"x{n + 1}"], "op": "Add", "outputs": out("t2")},
+        {"attrs": {}, "inputs": ["t2"], "op": "Relu", "outputs": out("t3")},
+    ]  # fmt: skip
+    graph = {"consts": [], "format": 1, "inputs": ins, "nodes": nodes, "opset": 17}
+    return json.dumps({**graph, "outputs": ["t3"]}, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    ("pieces", "aligned"), [([64, 32, 32, 32, 32], True), ([24, 40, 8], False), ([16] * 9, True)]
+)
+def test_a_concat_read_by_tiles_inside_its_pieces_picks_the_piece_once_per_tile(
+    pieces: list[int], aligned: bool
+) -> None:
+    """A DenseNet layer's batch norm and relu over a channels-last concat: with column tiles
+    that divide every piece, which piece a tile reads is one ``if``/``elif`` chain per tile
+    (24 boundaries tested at every channel took 0.31 ms for 14 x 14 x 1024, 0.036 so)."""
+    text = _concat_bn_relu(pieces, 5)
+    kern = tuner.build_op("fused", target=TARGET, graph=text).kernel
+    lanes = TARGET.lanes("float32")
+    if aligned and all(k % lanes == 0 for k in pieces):
+        assert "elif " in kern.source
+        assert not re.search(r"\bif\b[^:\n]*\belse\b", kern.source)
+    xs = [RNG.standard_normal((1, 5, 5, k)).astype(np.float32) for k in pieces]
+    c = sum(pieces)
+    s, b = (RNG.standard_normal((1, 1, 1, c)).astype(np.float32) for _ in range(2))
+    y = np.full((1, 5, 5, c), np.nan, np.float32)
+    kern(*xs, s, b, y)
+    want = np.maximum(np.concatenate(xs, axis=3) * s + b, 0)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

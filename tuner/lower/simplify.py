@@ -19,6 +19,7 @@ with each part divided from ``x`` afresh).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..te.dtypes import is_int
@@ -261,6 +262,9 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
                 return Const(True, "bool")
             if truth[1]:
                 return Const(False, "bool")
+        coarse = _coarse_compare(e, ranges)
+        if coarse is not None:
+            return coarse
     if isinstance(e, Logical):
         args = e.args
         if e.op in ("and", "or"):
@@ -284,6 +288,36 @@ def _fold(e: Expr, ranges: Ranges) -> Expr | None:
     ):
         return Const(int(e.value.value), e.dtype)
     return None
+
+
+def _coarse_compare(e: Compare, ranges: Ranges) -> Expr | None:
+    """``x + m*Q + c < 0`` as ``Q < -(c // m)`` where the bounded part ``x + c % m`` stays
+    within ``[0, m)``, so it cannot move the sum across a multiple of ``m``.
+
+    A channels-last concat read by a tile of 32 channels, ``c + 32*t < 288`` with ``c``
+    in ``[0, 31]``, is ``t < 9``: the same for the whole tile, which the renderer can then
+    ask once, outside the tile's loop (``tuner.codegen.cpu.unswitch``). ``m`` is the
+    greatest common divisor of the unbounded terms' coefficients.
+    """
+    if e.op not in ("lt", "le", "gt", "ge"):
+        return None
+    lin = linear(Binary("sub", e.a, e.b, "int64"))
+    if e.op in ("le", "gt"):  # d <= 0 is d - 1 < 0; d > 0 is d - 1 >= 0
+        lin = Linear(lin.terms, lin.const - 1)
+    known = {a: c for a, c in lin.terms.items() if bounds(a, ranges) is not None}
+    rest = {a: c for a, c in lin.terms.items() if a not in known}
+    if not known or not rest:
+        return None
+    m = math.gcd(*rest.values())
+    if m <= 1:
+        return None
+    q, r = divmod(lin.const, m)
+    small = bounds(render_linear(Linear(known, r)), ranges)
+    if small is None or small[0] < 0 or small[1] >= m:
+        return None
+    coarse = render_linear(Linear({a: c // m for a, c in rest.items()}, 0))
+    op = "lt" if e.op in ("lt", "le") else "ge"
+    return Compare(op, coarse, Const(-q, "int64"))
 
 
 def simplify(expr: Expr, ranges: Ranges | None = None) -> Expr:

@@ -183,22 +183,30 @@ class NumbaRenderer(NumbaSourceRenderer):
         self.loop_body(s)
 
     def _unswitch(self, s: For) -> bool:
-        """An innermost loop under a select its iterations do not change: ``if cond:`` the
-        loop with the select's first value, ``else:`` with its second (``unswitch``)."""
+        """An innermost loop under selects its iterations do not change: ``if cond:`` the
+        loop with the select's first value, ``elif`` the next select's condition..., ``else:``
+        the loop with what is left (``unswitch``). A chain of selects (a concat's pieces)
+        becomes one ``if``/``elif`` chain, not a nest."""
         if s.kind not in ("serial", "vectorize"):
             return False
-        sel = invariant_select(s.body, s.var)
-        if sel is None:
+        found = invariant_select(s.body, s.var, s.extent)
+        if found is None:
             return False
-        then, orelse = branches(s.body, sel)
-        self.emit(f"if {self.expr(sel.cond)}:")
-        if then is None:
-            self.emit("pass", self.depth + 1)
-        else:
-            self.block(For(s.var, s.extent, s.kind, then))
-        if orelse is not None:
-            self.emit("else:")
-            self.block(For(s.var, s.extent, s.kind, orelse))
+        keyword, rest = "if", s.body
+        while found is not None:
+            sel, cond = found
+            then, left = branches(rest, sel)
+            self.emit(f"{keyword} {self.expr(cond)}:")
+            if then is None:
+                self.emit("pass", self.depth + 1)
+            else:
+                self.block(For(s.var, s.extent, s.kind, then))
+            if left is None:
+                return True
+            keyword, rest = "elif", left
+            found = invariant_select(rest, s.var, s.extent)
+        self.emit("else:")
+        self.block(For(s.var, s.extent, s.kind, rest))
         return True
 
     def _chunk(self, s: For) -> bool:

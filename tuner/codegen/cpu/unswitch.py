@@ -31,18 +31,24 @@ from ...te.expr import Binary, Const, Expr, Select, Var, walk
 __all__ = ["branches", "invariant_select"]
 
 
-def invariant_select(body: Stmt, var: str) -> Select | None:
+def invariant_select(body: Stmt, var: str, extent: Expr) -> tuple[Select, Expr] | None:
     """The first select in a straight-line ``body`` (stores only) whose condition reads no
-    memory and not ``var``; None for a body that holds loops or has no such select."""
+    memory and not ``var``, with that condition; None for a body that holds loops or has
+    no such select. A loop of constant extent bounds ``var``, which may free a condition
+    of it: ``c + 32*t < 288`` over ``c < 32`` is ``t < 9`` (``simplify``)."""
     stmts = list(walk_stmts(body))
     if not all(isinstance(s, (Store, Seq)) for s in stmts):
         return None
+    ranges = {var: (0, int(extent.value) - 1)} if isinstance(extent, Const) else {}
     for s in stmts:
         if not isinstance(s, Store):
             continue
         for e in walk(s.value):
-            if isinstance(e, Select) and _invariant(e.cond, var):
-                return e
+            if not isinstance(e, Select):
+                continue
+            cond = simplify(e.cond, ranges) if ranges else e.cond
+            if _invariant(cond, var):
+                return e, cond
     return None
 
 
