@@ -127,7 +127,7 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     sp.define_knob("owr", column_tiles(p, L))
     sp.define_knob("ohr", [1, 2, 3, 4])
     sp.define_knob("reduction", ["crs", "rsc"])
-    sp.define_knob("outer", ["rows", "channels"])
+    sp.define_knob("outer", ["rows", "channels", "both"])
     sp.define_knob("pack_w", [False] if p.blocked else [True, False])
     sp.define_knob("pad_at", ["root", "inline", "rows"] if p.pad else ["none"])
     sp.define_knob("unroll_window", [False, True])
@@ -170,10 +170,18 @@ def _tile_axes(p: Conv2d, s: Schedule, T: Tensor) -> tuple[Any, Any, Any, Any]:
 def _outer_loops(
     cfg: Mapping[str, Any], s: Schedule, T: Tensor, n: Any, oho: Any, ko: Any
 ) -> list[Any]:
-    """Fuse the image and row-block loops; order them with the channel blocks by ``outer``."""
+    """Fuse the image and row-block loops; order them with the channel blocks by ``outer``
+    (``both``: channel blocks outermost, as ``channels``; ``_fused_outer`` then fuses them)."""
     s[T].reorder(n, oho, ko)
     row = s[T].fuse(n, oho)
     return [row, ko] if cfg["outer"] == "rows" else [ko, row]
+
+
+def _fused_outer(cfg: Mapping[str, Any], s: Schedule, T: Tensor, outer: list[Any]) -> list[Any]:
+    """``outer`` once the nest is ordered; with ``outer=both``, its two loops fused into one:
+    every (channel block, row block) pair, which shares out over the threads where neither
+    loop alone does (see ``_conv_tiles.channels_last_default``)."""
+    return [s[T].fuse(*outer)] if cfg["outer"] == "both" else outer
 
 
 def schedule(
@@ -202,11 +210,12 @@ def schedule(
         owo, owi = s[Y].split(ow, factor=int(cfg["owr"]))
         outer = _outer_loops(cfg, s, Y, n, oho, ko)
         s[Y].reorder(*outer, owo, ohi, owi, ki)
+        outer = _fused_outer(cfg, s, Y, outer)
         s[Y].vectorize(ki)
         s[conv].compute_at(s[Y], owo)
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
-        row_loop = (Y, outer[0 if cfg["outer"] == "rows" else 1])
+        row_loop = (Y, outer[-1 if cfg["outer"] == "channels" else 0])
     elif p.has_epilogue:
         n, k, oh, ow = _tile_axes(p, s, Y)
         oho, ohi = s[Y].split(oh, factor=ohr)
@@ -214,6 +223,7 @@ def schedule(
         outer = _outer_loops(cfg, s, Y, n, oho, ko)
         inner = [ohi, ow, ki] if p.nhwc else [ki, ohi, ow]
         s[Y].reorder(*outer, *inner)
+        outer = _fused_outer(cfg, s, Y, outer)
         lanes = resolve(target).lanes("float32")
         if inner[-1] == ow and lanes < p.OW:
             _, owv = s[Y].split(ow, factor=lanes)
@@ -223,7 +233,7 @@ def schedule(
         s[conv].compute_at(s[Y], outer[-1])
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
-        row_loop = (Y, outer[0 if cfg["outer"] == "rows" else 1])
+        row_loop = (Y, outer[-1 if cfg["outer"] == "channels" else 0])
     nest_row = _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.has_epilogue)
     if cfg["pad_at"] == "rows":
         stage, loop = row_loop or (conv, nest_row)
@@ -250,6 +260,7 @@ def _conv_nest(
     tile = [ohi, owi, ki] if cfg["vector"] == "k" else [ohi, ki, owi]
     outer = _outer_loops(cfg, s, T, n, oho, ko)
     s[T].reorder(*outer, owo, *red, *tile)
+    outer = _fused_outer(cfg, s, T, outer)
     if parallel:
         s[T].parallel(outer[0])
     s[T].vectorize(tile[-1])
@@ -267,7 +278,7 @@ def _conv_nest(
             wk, wc, wr, ws = s[WP].op.axis
         wko, wki = s[WP].split(wk, factor=kr)
         s[WP].reorder(wko, *([wc, wr, ws] if cfg["reduction"] == "crs" else [wr, ws, wc]), wki)
-    return outer[0 if cfg["outer"] == "rows" else 1]
+    return outer[-1 if cfg["outer"] == "channels" else 0]
 
 
 # -- registration ---------------------------------------------------------------------------

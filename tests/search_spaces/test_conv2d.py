@@ -11,6 +11,7 @@ import tuner
 from search_spaces import OperatorError, get_operator
 from search_spaces import conv2d as cv
 from search_spaces.conv2d import Conv2d
+from tuner.target import Target
 
 from .targets import AVX2, AVX512
 
@@ -260,7 +261,7 @@ def test_padding_per_row_block_and_the_tile_epilogue_match_numpy(shape: str, epi
     rng = np.random.default_rng(3)
     inputs_ = op.make_inputs(args, target=AVX512)
     want = op.reference(*inputs_, **args)
-    for outer in ("rows", "channels"):
+    for outer in ("rows", "channels", "both"):
         cfg = dict(space.sample(rng).to_json())
         cfg.update(pad_at="rows", outer=outer)
         s, tensors = op.schedule(space.validate(cfg), args, AVX512)
@@ -281,3 +282,21 @@ def test_a_depthwise_default_pads_per_row_block_but_inline_on_a_tiny_plane() -> 
     assert pad_at("C=48,H=112,W=112,K=48,R=3,S=3,pad=1,stride=2,groups=48") == "rows"
     assert pad_at("C=96,H=14,W=14,K=96,R=5,S=5,pad=2,stride=2,groups=96") == "inline"
     assert pad_at("C=64,H=56,W=56,K=64,R=3,S=3,pad=1") == "root"  # dense: one copy
+
+
+def test_a_parallel_default_shares_its_blocks_evenly_over_the_threads() -> None:
+    """Five channel blocks over two threads ran three against two (MNASNet's 1152 -> 320 at
+    7 x 7): the (channel block, row block) pairs share out instead; 32 blocks stay as they
+    are, and one thread needs no sharing."""
+    op = get_operator("conv2d")
+    two = Target.make("cpu", fingerprint="synthetic-avx512-2", vector_bits=512, vector_lanes=16,
+                      vector_registers=32, threads=2)  # fmt: skip
+
+    def outer(raw: str, target: Target) -> str:
+        pairs = dict(kv.split("=") for kv in raw.split(","))
+        args = op.parse_args({**pairs, "N": "1", "layout": "NHWC", "weights": "blocked"})
+        return str(op.default_config(args, target)["outer"])
+
+    assert outer("C=1152,H=7,W=7,K=320,R=1,S=1,block=64", two) == "both"
+    assert outer("C=512,H=7,W=7,K=2048,R=1,S=1,block=64", two) == "channels"
+    assert outer("C=1152,H=7,W=7,K=320,R=1,S=1,block=64", AVX512) != "both"
