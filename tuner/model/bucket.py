@@ -24,6 +24,11 @@ anything is built:
   is sound), a Concat or Slice along
   it, arithmetic on the padded length read through Shape) is refused in one
   line naming the node: ``dynamic="specialize"`` serves such a model.
+- Except where the model, run padded, shows otherwise (``bucket_probe``): a node
+  that only moves values or computes on integers (``transformers``' attention
+  mask, the flat ``[batch, seq]`` mask read at ``b * seq + j``; a scale from a
+  head size read through Shape) passes when its real positions come out the
+  same on a random input zero-padded past the probe shape.
 
 >>> padding = analyse("encoder.onnx", {"seq": Var("seq", lo=1, hi=512)})  # doctest: +SKIP
 >>> padding.masks  # doctest: +SKIP
@@ -32,7 +37,7 @@ anything is built:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +47,7 @@ from ..graph.ir import Graph, GraphError, Node, Value
 from ..graph.ops import OpKind, opdef
 from ..graph.ops.reduce import reduce_args
 from ..te import Var
+from .bucket_probe import Probe
 
 __all__ = ["MaskInput", "Padding", "analyse", "masked"]
 
@@ -110,7 +116,8 @@ def analyse(
                 if a != b:
                     same = a == base[name] and b == other[name]
                     follows.setdefault(vname, {}).setdefault(name, {})[axis] = same
-    masks = _check_nodes(graph, follows)
+    bounds = {n: v.hi for n, v in symbols.items()}
+    masks = _check_nodes(graph, follows, Probe(source, graph, base, bounds, shapes_at, follows))
     slices = []
     for out in outputs:
         cut = []
@@ -127,9 +134,14 @@ def analyse(
 
 
 def _check_nodes(
-    graph: Graph, follows: Mapping[str, Mapping[str, Mapping[int, bool]]]
+    graph: Graph,
+    follows: Mapping[str, Mapping[str, Mapping[int, bool]]],
+    probe: Callable[[Node, Sequence[Mask]], bool] | None = None,
 ) -> list[Mask]:
-    """The softmaxes to mask; GraphError at the first node that would mix padded positions."""
+    """The softmaxes to mask; GraphError at the first node that would mix padded positions.
+
+    A node the rules below would refuse is first put to ``probe`` (a ``bucket_probe.Probe``:
+    the model run padded), and passes where its real positions come out unchanged."""
     masks: list[Mask] = []
     zero: set[tuple[str, int]] = set()  # (value, axis): zero at every padded position there
 
@@ -160,7 +172,9 @@ def _check_nodes(
         if kind is OpKind.VIEW or node.op == "Transpose":
             continue
         if node.op == "Shape":
-            _check_shape_use(graph, node, refuse)
+            _check_shape_use(
+                graph, node, refuse, lambda user: probe is not None and probe(user, masks)
+            )
             continue
         if node.op in ("Softmax", "LogSoftmax"):
             axis = _axis(node, int(node.attr("axis", -1)), rank)
@@ -177,10 +191,14 @@ def _check_nodes(
             continue
         mixed = _mixed_axes(graph, node, rank)
         crossed = sorted(set(first) & mixed)
-        if crossed:
+        if crossed and not (probe is not None and probe(node, masks)):
             sym = first[crossed[0]][0]
             raise refuse(node, f"works across axis {crossed[0]}, which is padded ({sym})")
-        if any(padded(i) for i in node.inputs[1:] if i) and node.op not in ("Gather", "Expand"):
+        if (
+            any(padded(i) for i in node.inputs[1:] if i)
+            and node.op not in ("Gather", "Expand")
+            and not (probe is not None and probe(node, masks))
+        ):
             raise refuse(node, "reads a padded value as a parameter")
     return masks
 
@@ -265,8 +283,11 @@ def _check_product(
         raise refuse(node, f"sums over a padded axis ({sym}) that no masked softmax zeroes")
 
 
-def _check_shape_use(graph: Graph, node: Node, refuse: Any) -> None:
-    """A padded value's Shape may only size other tensors, never enter arithmetic on floats."""
+def _check_shape_use(
+    graph: Graph, node: Node, refuse: Any, unchanged: Callable[[Node], bool]
+) -> None:
+    """A padded value's Shape may only size other tensors, never enter arithmetic on floats,
+    unless the result comes out the same padded (``unchanged``: a head size's square root)."""
     consumers = graph.consumers()
     todo, seen = [node.outputs[0]], set()
     while todo:
@@ -287,7 +308,8 @@ def _check_shape_use(graph: Graph, node: Node, refuse: Any) -> None:
             if all(o.dtype in ("int64", "int32", "bool") for o in outs) and user.op != "Size":
                 todo.extend(o.name for o in outs)
                 continue
-            raise refuse(user, "computes with the length of a padded dimension (from Shape)")
+            if not unchanged(user):
+                raise refuse(user, "computes with the length of a padded dimension (from Shape)")
 
 
 # -- serving --------------------------------------------------------------------------------
