@@ -76,11 +76,13 @@ PAIRS = [(1, 1), (2, 7), (1, 16), (3, 13), (4, 32)]
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "mode"), [("gpt2", "generic"), ("gpt2", "bucket"), ("bert", "generic")]
+    ("name", "mode"),
+    [("gpt2", "generic"), ("gpt2", "bucket"), ("bert", "generic"), ("bert", "bucket")],
 )
 def test_symbolic_sequence_exports_serve_every_length(name: str, mode: str, cache: Path) -> None:
     """transformers' exports with a symbolic batch and sequence (fused QKV split, causal and
-    padding masks computed from Shape, Range position ids) in the shape-generic modes."""
+    padding masks computed from Shape, Range position ids) in the shape-generic modes; BERT's
+    bucket reads its attention mask flattened at ``b * seq + j`` (``tuner.model.bucket_probe``)."""
     import warnings
 
     import tuner
