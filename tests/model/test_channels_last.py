@@ -295,3 +295,31 @@ def test_a_batch_norm_after_a_concat_stays_channels_last(rng):
     ops = [n.op for n in graph.nodes]
     assert ops.count("Transpose") == 2 and "BatchNormalization" not in ops, ops
     _check(model, rng.standard_normal((2, 3, 6, 5)).astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    ("op", "axes", "keepdims", "out_shape", "transposes"),
+    [
+        ("ReduceMean", [2, 3], 0, (1, 5), 1),  # MNASNet's end: [N, C] as it is stored
+        ("ReduceMean", [2, 3], 1, (1, 5, 1, 1), 1),  # one pixel: the same bytes either way
+        ("ReduceMax", [1], 0, (1, 6, 7), 1),  # over the channels: [N, H, W], stored so too
+        ("ReduceSum", [3], 0, (1, 5, 6), 2),  # over W: [N, H, C] stored, read back [N, C, H]
+    ],
+)
+def test_a_reduction_of_a_channels_last_value_reduces_the_stored_axes(
+    rng, op, axes, keepdims, out_shape, transposes
+):
+    """No transpose of the feature map before its reduction: the reduction's axes are
+    remapped to where they are stored (ReduceSum's axes are an input from opset 13 on)."""
+    weights = {"w": _w(rng, 5, 3, 3, 3)}
+    if op == "ReduceSum":
+        weights["axes"] = np.array(axes, np.int64)
+        reduce = helper.make_node(op, ["c", "axes"], ["y"], keepdims=keepdims)
+    else:
+        reduce = helper.make_node(op, ["c"], ["y"], axes=axes, keepdims=keepdims)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), reduce]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 3, 6, 7))}, {"y": ("float32", out_shape)}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 3, 6, 7)).astype(np.float32))
+    assert _ops(mod).count("Transpose") == transposes, _ops(mod)

@@ -28,8 +28,8 @@ being ``(0, 2, 3, 1)``.
   bytes), and a constant (a ``[C, 1, 1]`` scale) is permuted at compile time;
 - an inference ``BatchNormalization`` that no convolution absorbed is that
   elementwise ``x * s + t`` with per-channel constants;
-- ``Concat``, ``Slice`` and ``Split`` of held values work on the stored
-  axes; a ``Transpose`` of a held value moves no byte (its output is held in
+- ``Concat``, ``Slice``, ``Split`` and the ``Reduce*`` operators of held
+  values work on the stored axes; a ``Transpose`` of a held value moves no byte (its output is held in
   the composed layout); a ``Reshape`` of one keeps the layout where the axes
   it merges or splits lie together in storage, and moves the stored bytes
   once where they do not (ShuffleNet's channel shuffle: ``[N, C, H, W]`` to
@@ -64,6 +64,7 @@ from .ir import Dim, Graph, Node, Value
 from .ops import OpKind, opdef
 from .ops.channels_last import NHWC_OPS
 from .ops.movement import perm_of, slice_params
+from .ops.reduce import reduce_args
 from .perms import Perm, compose, identity, inverse, reshape_layout, same_bytes
 
 __all__ = ["LAYOUT_ATTR", "channels_last"]
@@ -371,6 +372,40 @@ class _Pass:
         self.nodes.append(Node("Split", ins, outs, {**node.attrs, "axis": axis}, node.name))
         return True
 
+    def reduce(self, node: Node) -> bool:
+        """A ``Reduce*`` of a held value reduces the stored axes; its output stays in the
+        layout what is left of the axes is stored in (a mean over ``H, W`` of channels-last
+        ``[N, H, W, C]`` is ``[N, C]`` as it stands: MNASNet's and ShuffleNet's ends, which
+        paid a transpose of the last feature map before their pool)."""
+        if not node.op.startswith("Reduce") or len(node.outputs) != 1:
+            return False
+        x, y = node.inputs[0], node.outputs[0]
+        if x not in self.held or not self.values[x].static:
+            return False
+        src, perm = self.held[x]
+        rank = len(perm)
+        has_input = len(node.inputs) > 1 and bool(node.inputs[1])
+        given = self.g.const(node.inputs[1]) if has_input else None
+        if has_input and given is None:
+            return False
+        axes, keep = reduce_args(node, given, rank)
+        stored = sorted(perm.index(a) for a in axes)
+        inputs: tuple[str, ...] = (src,)
+        attrs: dict[str, Any] = {}
+        if has_input:
+            inputs = (src, self._const(f"{y}__axes", stored))
+        else:
+            attrs["axes"] = tuple(stored)
+        if keep:
+            return self._emit(node, inputs, perm, **attrs)
+        left = [a for a in range(rank) if a not in axes]
+        order = tuple(left.index(a) for a in perm if a not in axes)  # stored order of the rest
+        if order == identity(len(order)):
+            self.nodes.append(Node(node.op, inputs, (y,), {**node.attrs, **attrs}, node.name))
+            self.logical.add(y)
+            return True
+        return self._emit(node, inputs, order, **attrs)
+
     def other(self, node: Node) -> None:
         inputs = tuple(self.to_logical(i) if i else i for i in node.inputs)
         self.nodes.append(Node(node.op, inputs, node.outputs, node.attrs, node.name))
@@ -387,6 +422,7 @@ class _Pass:
                 or self.reshape(node)
                 or self.slice(node)
                 or self.split(node)
+                or self.reduce(node)
             ):
                 self.other(node)
         outputs = tuple(self.to_logical(o) for o in self.g.outputs)
