@@ -32,6 +32,7 @@ them, np.ndarray for tensors); nodes without a name are named
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +41,7 @@ import numpy as np
 import onnx
 
 from .ir import Dim, Graph, GraphError, Node, Value
-from .onnx_fold import fold_static
+from .onnx_fold import MAX_ELEMENTS, fold_static
 from .onnx_values import array_of, dtype_of, elem_type, first_line, node_attrs
 from .ops import supported
 from .ops.shape import constant_value
@@ -71,8 +72,45 @@ def from_onnx(
     if shapes:
         _fix_shapes(proto, shapes)
     _name_unknown_extents(proto)
+    weights = _detach_weights(proto)
     proto = fold_static(proto, _infer)
+    _attach_weights(proto, weights)
     return _Builder(proto, opset).graph()
+
+
+def _detach_weights(proto: onnx.ModelProto) -> tuple[list[onnx.TensorProto], set[str]]:
+    """Take the large initializers out of ``proto`` for shape inference, leaving their
+    types and shapes as graph inputs; returns them and the inputs added for them. ONNX
+    serializes the whole model for every inference round, and a BERT's weights made
+    that most of an import (1.6 s of 2 for a new shape in ``generic``). Shape arithmetic
+    never reads them (``onnx_fold`` folds values of at most ``MAX_ELEMENTS``)."""
+    g = proto.graph
+    big = [t for t in g.initializer if math.prod(t.dims) > MAX_ELEMENTS]
+    if not big:
+        return [], set()
+    listed = {i.name for i in g.input}
+    keep = [t for t in g.initializer if math.prod(t.dims) <= MAX_ELEMENTS]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    added = {t.name for t in big if t.name not in listed}
+    for t in big:
+        if t.name in added:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return big, added
+
+
+def _attach_weights(
+    proto: onnx.ModelProto, detached: tuple[list[onnx.TensorProto], set[str]]
+) -> None:
+    """The initializers ``_detach_weights`` took out, back in their place."""
+    weights, added = detached
+    if not weights:
+        return
+    g = proto.graph
+    inputs = [i for i in g.input if i.name not in added]
+    del g.input[:]
+    g.input.extend(inputs)
+    g.initializer.extend(weights)
 
 
 def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
