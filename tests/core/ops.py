@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tuner import te
+
+
+def machine_code(kernel: Any) -> str:
+    """The machine code of a CPU kernel's own compiled functions (compiled in this process:
+    Numba does not keep it for code loaded from its cache)."""
+    import sys
+
+    from tuner.codegen.cpu.backend import _dispatchers
+
+    module = sys.modules[kernel.module_name]
+    return "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
 
 
 def chunked(source: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,9 @@ import pytest
 
 import tuner
 from search_spaces import reduce, softmax
-from tuner.codegen.cpu.backend import _dispatchers
 from tuner.target import Target, cpu_flags
+
+from .ops import machine_code
 
 RNG = np.random.default_rng(5)
 TARGET = Target.from_name("cpu", num_threads=2)
@@ -105,8 +105,7 @@ def test_a_tile_row_longer_than_llvm_unrolls_is_cut_into_short_simd_loops(
     if "fma" not in cpu_flags():
         return
     # The full tiles' FMAs (an edge tile's bounded rows may stay scalar; here there is none).
-    module = sys.modules[kern._fn.__module__]
-    asm = "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
+    asm = machine_code(kern)
     packed = re.findall(r"\bvfmadd\d+ps\b", asm)
     scalar = re.findall(r"\bvfmadd\d+ss\b", asm)
     assert packed and not scalar, (len(packed), len(scalar))
@@ -138,8 +137,7 @@ def test_an_epilogue_that_selects_twice_is_cut_shorter_and_stays_vectorized(
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     if "avx" not in cpu_flags():
         return
-    module = sys.modules[kern._fn.__module__]
-    asm = "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
+    asm = machine_code(kern)
     assert re.findall(r"\bvminps\b", asm) and not re.findall(r"\bvminss\b", asm)
 
 
@@ -169,8 +167,7 @@ def test_a_residual_add_before_relu_stays_vectorized(
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     if "avx" not in cpu_flags():
         return
-    module = sys.modules[kern._fn.__module__]
-    asm = "\n".join(a for d in _dispatchers(module) for a in d.inspect_asm().values())
+    asm = machine_code(kern)
     assert re.findall(r"\bvmaxps\b", asm) and not re.findall(r"\bv(max|add)ss\b", asm)
 
 
