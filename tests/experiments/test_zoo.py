@@ -98,3 +98,28 @@ def test_symbolic_sequence_exports_serve_every_length(name: str, mode: str, cach
         built = {id(f.kernel) for f in module.generic.families.values()}
         for plan in module.plans[1:]:  # every shape past (1, 1) ran the kernels built once
             assert {id(k) for k in plan.kernels} <= built
+
+
+@pytest.mark.slow
+def test_a_vision_transformer_with_a_symbolic_batch_serves_every_batch_in_buckets(
+    cache: Path,
+) -> None:
+    """transformers' ViT concatenates its class token, expanded to the batch, before the
+    patches: a Concat whose every input is padded along the batch, which the probe passes
+    (bounded by 4, the batch is probed at 1 padded to 4)."""
+    import warnings
+
+    import numpy as np
+
+    import tuner
+
+    entry = zoo.ZOO["vit_hf"]
+    path = zoo.export(entry, True, cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # untuned kernels
+        module = tuner.compile_model(path, dynamic="bucket", bounds={"batch": 4})
+        for batch in (1, 3, 4):
+            feeds = zoo.feeds_for(path, entry, True, batch, 1)
+            (got,) = module.run(feeds)
+            (want,) = zoo._onnxruntime(path, feeds, threads=2)
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)

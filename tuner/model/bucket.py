@@ -116,8 +116,8 @@ def analyse(
                 if a != b:
                     same = a == base[name] and b == other[name]
                     follows.setdefault(vname, {}).setdefault(name, {})[axis] = same
-    bounds = {n: v.hi for n, v in symbols.items()}
-    masks = _check_nodes(graph, follows, Probe(source, graph, base, bounds, shapes_at, follows))
+    limits = {n: (v.lo, v.hi) for n, v in symbols.items()}
+    masks = _check_nodes(graph, follows, Probe(source, graph, base, limits, shapes_at, follows))
     slices = []
     for out in outputs:
         cut = []

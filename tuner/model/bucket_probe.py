@@ -45,16 +45,23 @@ class Probe:
         source: Any,
         graph: Graph,
         base: Mapping[str, int],
-        bounds: Mapping[str, int | None],
+        limits: Mapping[str, tuple[int, int | None]],
         shapes_at: Callable[[Mapping[str, int]], dict[str, tuple[int, ...]]],
         follows: Mapping[str, Mapping[str, Mapping[int, bool]]],
     ):
-        self.source, self.graph, self.follows = source, graph, follows
-        self.base = dict(base)
-        self.padded = {
-            n: min(b + PAST, bounds[n] or b + PAST) for n, b in base.items()
-        }  # fmt: skip
-        self.shapes_at = shapes_at
+        self.source, self.follows, self.shapes_at = source, follows, shapes_at
+        # Real values PAST below the padded ones, both within each symbol's bounds: at the
+        # analysis's base shape where there is room above it, else below the bound (a batch
+        # bounded by 4 is probed at 1, padded to 4).
+        self.base: dict[str, int] = {}
+        self.padded: dict[str, int] = {}
+        for n, b in base.items():
+            lo, hi = limits[n]
+            top = b + PAST if hi is None else min(b + PAST, hi)
+            self.padded[n] = top
+            self.base[n] = b if top > b else max(lo, top - PAST)
+        self.graph: Graph | None = graph if self.base == dict(base) else None
+        self.types = {name: v.dtype for name, v in graph.values.items()}
         self._runs: dict[tuple[Any, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
         self._runs = {}
 
@@ -74,7 +81,7 @@ class Probe:
         miss the positions where padding changes it."""
         if node.op in _MOVES:
             return True
-        return all(np.dtype(self.graph.value(i).dtype).kind in "iub" for i in node.inputs if i)
+        return all(np.dtype(self.types[i]).kind in "iub" for i in node.inputs if i)
 
     def _run(self, masks: tuple[Any, ...]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         if masks not in self._runs:
@@ -82,18 +89,21 @@ class Probe:
             from ..graph.onnx_import import from_onnx
             from .bucket import Padding, masked
 
+            if self.graph is None:
+                self.graph = from_onnx(self.source, self.shapes_at(self.base))
+            real = self.graph
             rng = np.random.default_rng(0)
-            feeds = {i: _random(self.graph.value(i), rng) for i in self.graph.inputs}
+            feeds = {i: _random(real.value(i), rng) for i in real.inputs}
             big = from_onnx(self.source, self.shapes_at(self.padded))
             big, mask_inputs = masked(big, Padding(masks, ()))
             wide = {
                 i: _zero_padded(feeds[i], tuple(int(d) for d in big.value(i).shape))
-                for i in self.graph.inputs
+                for i in real.inputs
             }
             for m in mask_inputs:
                 wide[m.name] = m.array(self.base[m.symbol], self.padded[m.symbol])
             with np.errstate(all="ignore"):
-                self._runs[masks] = (evaluate_all(self.graph, feeds), evaluate_all(big, wide))
+                self._runs[masks] = (evaluate_all(real, feeds), evaluate_all(big, wide))
         return self._runs[masks]
 
     def _agree(
