@@ -1,7 +1,9 @@
 """The zoo's transformers with their symbolic batch and sequence, in ``generic`` and ``bucket``.
 
+(A ViT's only symbol is its batch: its rows repeat a length for each batch.)
+
 Each model exported by ``experiments/zoo.py`` whose inputs have symbolic axes is
-compiled in each mode (bounds: ``batch`` 4, ``seq`` 64), then run at every
+compiled in each mode (bounds: ``batch`` 4, ``seq`` 64, those it has), then run at every
 (batch, length) pair given and compared with onnxruntime on the same inputs
 (integer inputs are token ids below 100; an input named like a mask holds ones
 over a random prefix, zeros after). One row per model, mode and shape: the
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ("bert", "distilbert", "gpt2", "t5_encoder")
+MODELS = ("bert", "distilbert", "gpt2", "t5_encoder", "vit_hf")
 FIELDS = ["model", "mode", "batch", "seq", "compile_s", "call_s", "max_err", "match", "error"]
 
 
@@ -68,10 +70,12 @@ def main() -> int:
                 print(f"{name}: {path} is missing (python experiments/zoo.py --export-only)")
                 continue
             session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            named = {d for i in session.get_inputs() for d in i.shape if isinstance(d, str)}
+            bounds = {k: v for k, v in {"batch": 4, "seq": 64}.items() if k in named}
             for mode in args.modes.split(","):
                 started = time.perf_counter()
                 try:
-                    module = tuner.compile_model(path, dynamic=mode, bounds={"batch": 4, "seq": 64})
+                    module = tuner.compile_model(path, dynamic=mode, bounds=bounds)
                 except Exception as exc:  # one row with the refusal, then the next mode
                     row = {"model": name, "mode": mode, "error": str(exc).splitlines()[0]}
                     out.writerow(row)
