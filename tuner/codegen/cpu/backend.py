@@ -41,9 +41,10 @@ from ..backend import (
 )
 from ..numba_source import write_module
 from .shipping import cached_files, install_files
-from .source import SLP_UNROLLED_FULLY, render
+from .source import render
 from .threaded import has_parallel
 from .threads import native_layer
+from .unroll import SLP_UNROLLED_FULLY
 
 __all__ = ["CpuKernel", "NumbaCpuBackend"]
 

@@ -15,35 +15,27 @@ import numpy as np
 
 from ...lower.extent import Ext, emax, mul, normal, symbol_ranges, upper
 from ...lower.intrin import intrinsic, match
-from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Stmt, Store, Tensorized
+from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Store, Tensorized
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
 from ...schedule.state import ScheduleError
-from ...te.dtypes import is_float
-from ...te.expr import Binary, Call, Cast, Const, Expr, Select, Var, substitute, walk
+from ...te.expr import Binary, Call, Cast, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
 from .hoist import divisions
 from .threaded import binds, has_parallel, render_threaded, top_level
+from .unroll import FLOAT32_HELPERS, SLP_UNROLLED_FULLY, transcendental, unrolled_fully
 from .unswitch import branches, invariant_select
 
-__all__ = ["SLP_UNROLLED_FULLY", "render"]
+__all__ = ["render"]
 
 #: Above this, per-iteration scratch of a parallel loop is allocated inside the loop instead.
 _MAX_SCRATCH_BYTES = 256 * 1024 * 1024
-#: The longest constant loop LLVM unrolls fully before its vectorizers run (``_chunk``).
-SLP_UNROLLED_FULLY = 32
-#: What LLVM's early full unroll takes, in ``_lane_cost`` units: lanes x cost of one lane.
-#: Measured on its decisions (register tiles of 32 lanes at cost 8 and relu epilogues at 9
-#: were unrolled fully; clip at 11 and a residual add with relu at 12 were not).
-_UNROLL_BUDGET = 320
 #: Scratch of at most this many bytes lives on the stack of the function that uses it
 #: (``_on_stack``); larger scratch is allocated once by the entry function.
 _STACK_SCRATCH = 16 * 1024
 #: The longest SIMD loop staged through a stack buffer (see ``NumbaRenderer._stage``).
 _MAX_STAGED = 64
-#: float32 intrinsics with a vectorizable inline version in ``runtime`` (``exp32``...).
-_FLOAT32_HELPERS = ("exp", "tanh", "sigmoid", "erf")
 
 
 class NumbaRenderer(NumbaSourceRenderer):
@@ -111,7 +103,7 @@ class NumbaRenderer(NumbaSourceRenderer):
     def call(self, e: Call, args: str) -> str:
         if e.name == "abs":
             return f"abs({args})"
-        if e.dtype == "float32" and e.name in _FLOAT32_HELPERS:
+        if e.dtype == "float32" and e.name in FLOAT32_HELPERS:
             return f"{e.name}32({args})"
         if e.name == "sigmoid":
             return f"sigmoid64({args})"
@@ -227,11 +219,11 @@ class NumbaRenderer(NumbaSourceRenderer):
         relu's 0.32), and so did a residual add before a relu (1 x 1, 64 -> 256
         channels at 56 x 56: 0.37 ms against 0.21 without it). The chunk is the
         longest of 32, 16, 8... lanes whose total cost stays within what the
-        unroller takes (``_lane_cost``).
+        unroller takes (``unroll.lane_cost``).
         """
         if s.kind != "vectorize" or not isinstance(s.extent, Const):
             return False
-        n, chunk = int(s.extent.value), _unrolled_fully(s.body, s.var)
+        n, chunk = int(s.extent.value), unrolled_fully(s.body, s.var)
         if n <= chunk:
             return False
         for lo in range(0, n, chunk):
@@ -278,9 +270,9 @@ class NumbaRenderer(NumbaSourceRenderer):
         tmp = f"{body.buffer}_{s.var}_v"
         dtype = target.dtype
         self.emit(f"{tmp} = carray(stack_empty({n}, np.{dtype}), ({n},))")
-        if _transcendental(body.value) and n <= SLP_UNROLLED_FULLY:
+        if transcendental(body.value) and n <= SLP_UNROLLED_FULLY:
             # Unrolled here: LLVM does not unroll a loop this heavy before its SLP
-            # vectorizer runs, and rolled, the lanes ran scalar (see ``_transcendental``).
+            # vectorizer runs, and rolled, the lanes ran scalar (see ``unroll.transcendental``).
             for k in range(n):
                 lane = substitute(body.value, {s.var: Const(k, "int64")})
                 self.emit(f"{tmp}[{k}] = {self.expr(simplify(lane))}")
@@ -370,52 +362,6 @@ class NumbaRenderer(NumbaSourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         """Nothing to wait for: a CPU kernel runs no block of threads."""
-
-
-def _lane_cost(body: Stmt, var: str) -> int:
-    """What one lane of a SIMD loop over ``var`` costs LLVM's unroller, roughly.
-
-    Only what varies with the lane counts (the rest is hoisted before the
-    unroller runs): a load or a store 2 (the access and its address), a float
-    operation 1, a min, max or select 2 (a compare and a select); integer index
-    arithmetic folds into the addresses once the loop is unrolled.
-    """
-
-    def varies(e: Expr) -> bool:
-        return any(isinstance(x, Var) and x.name == var for x in walk(e))
-
-    def cost(e: Expr) -> int:
-        if isinstance(e, Load):
-            own = 2
-        elif isinstance(e, Select) or (isinstance(e, Binary) and e.op in ("min", "max")):
-            own = 2 if is_float(e.dtype) else 0
-        elif isinstance(e, (Binary, Cast, Call)):
-            own = 1 if is_float(e.dtype) else 0
-        else:
-            own = 0
-        return own if varies(e) else 0
-
-    return sum(
-        2 + sum(cost(x) for x in walk(s.value)) for s in walk_stmts(body) if isinstance(s, Store)
-    )
-
-
-def _transcendental(e: Expr) -> bool:
-    """Whether ``e`` calls an inline float32 helper (``exp32``, ``erf32``...): dozens of
-    operations a lane, more than LLVM's unroller takes whole before the SLP vectorizer of a
-    register-blocked kernel runs. A dense layer's GELU epilogue, rolled, ran scalar: 784 x
-    768 outputs took 3.4 ms against 1.4 without it (2 threads, Zen 4)."""
-    return any(
-        isinstance(x, Call) and x.dtype == "float32" and x.name in _FLOAT32_HELPERS for x in walk(e)
-    )
-
-
-def _unrolled_fully(body: Stmt, var: str) -> int:
-    """The lanes of a SIMD loop over ``body`` that LLVM unrolls fully (``NumbaRenderer._chunk``)."""
-    cost, chunk = max(_lane_cost(body, var), 1), SLP_UNROLLED_FULLY
-    while chunk > 4 and chunk * cost > _UNROLL_BUDGET:
-        chunk //= 2
-    return chunk
 
 
 def _on_stack(b: Buffer) -> bool:
