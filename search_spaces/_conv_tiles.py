@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.target import Target
 
 from ._gemm import accumulator_budget
-from ._target import resolve
+from ._target import evenness, resolve
 
 if TYPE_CHECKING:
     from ._conv_params import Conv2d
@@ -160,16 +160,9 @@ def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:
     share out evenly."""
     rows, channels = p.N * -(-p.OH // ohr), -(-p.K // kr)
     blocks = rows if outer == "rows" else channels
-    if threads <= 1 or blocks < 1:
-        return outer
-    if _evenness(blocks, threads) < 0.9 < _evenness(rows * channels, threads):
+    if threads > 1 and evenness(blocks, 1, threads) < 0.9 < evenness(rows * channels, 1, threads):
         return "both"
     return outer
-
-
-def _evenness(tasks: int, threads: int) -> float:
-    """Share of the threads' time spent working when ``tasks`` equal tasks run in turns."""
-    return tasks / (threads * -(-tasks // threads))
 
 
 #: An edge tile (one past the output's channels, columns or rows) costs this many full

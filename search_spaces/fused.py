@@ -58,7 +58,7 @@ from tuner.te.expr import Const, IterVar, Reduce, TensorRead, Var, walk
 from tuner.te.tensor import ComputeOp, PlaceholderOp
 
 from ._fused_define import MAX_EMBEDDED, define, define_graph, group, te_shape
-from ._target import resolve
+from ._target import evenness, resolve
 
 __all__ = [
     "MAX_EMBEDDED",
@@ -245,13 +245,11 @@ def _balanced(p: _Plan, flat: bool, tasks: Sequence[int], threads: int) -> int:
         rows = p.size // p.inner
         return rows, min(max(1, task // p.inner), rows)
 
-    def evenness(task: int) -> float:
-        units, per = split(task)
-        rounds = math.ceil(math.ceil(units / per) / threads)  # tasks of the busiest thread
-        return units / (threads * rounds * per)
+    def even(task: int) -> float:
+        return evenness(*split(task), threads)
 
-    even = [t for t in tasks if evenness(t) >= 0.9]
-    return max(even) if even else max(tasks, key=lambda t: (evenness(t), t))
+    good = [t for t in tasks if even(t) >= 0.9]
+    return max(good) if good else max(tasks, key=lambda t: (even(t), t))
 
 
 @functools.lru_cache(maxsize=64)

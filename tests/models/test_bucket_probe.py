@@ -55,6 +55,16 @@ def _lengths() -> list[onnx.NodeProto]:
     ]
 
 
+def _times_mask(x: str, mask: str) -> list[onnx.NodeProto]:
+    """y = x * mask[..., None], the integer mask cast to float."""
+    return [
+        helper.make_node("Cast", [mask], ["m"], to=TensorProto.FLOAT),
+        _const("last", [2]),
+        helper.make_node("Unsqueeze", ["m", "last"], ["m3"]),
+        helper.make_node("Mul", [x, "m3"], ["y"]),
+    ]
+
+
 def _flat_mask_gather() -> onnx.ModelProto:
     """y = x * mask[b, j] read as flat_mask[b * S + j] (transformers' mask construction)."""
     return _model([
@@ -67,10 +77,7 @@ def _flat_mask_gather() -> onnx.ModelProto:
         _const("flat", [-1]),
         helper.make_node("Reshape", ["mask", "flat"], ["mask_flat"]),
         helper.make_node("Gather", ["mask_flat", "index"], ["picked"], axis=0),
-        helper.make_node("Cast", ["picked"], ["m"], to=TensorProto.FLOAT),
-        _const("last", [2]),
-        helper.make_node("Unsqueeze", ["m", "last"], ["m3"]),
-        helper.make_node("Mul", ["x", "m3"], ["y"]),
+        *_times_mask("x", "picked"),
     ])  # fmt: skip
 
 
@@ -81,10 +88,7 @@ def _reversed_sequence() -> onnx.ModelProto:
         helper.make_node("Sub", ["S", "one"], ["last_pos"]),
         helper.make_node("Sub", ["last_pos", "j"], ["rev"]),
         helper.make_node("Gather", ["x", "rev"], ["xr"], axis=1),
-        helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT),
-        _const("last", [2]),
-        helper.make_node("Unsqueeze", ["m", "last"], ["m3"]),
-        helper.make_node("Mul", ["xr", "m3"], ["y"]),
+        *_times_mask("xr", "mask"),
     ])  # fmt: skip
 
 

@@ -8,8 +8,8 @@ attention mask this way: the ``[batch, seq]`` mask flattened, read at
 does not change (a head size). :class:`Probe` runs the model twice with the
 interpreter, on one random input at the base probe shape and on the same input
 zero-padded past it (masks as the bucket runtime adds them), and a node passes
-when its outputs agree on the real positions. The two runs are made once, and
-again only when a new softmax mask is found.
+when its outputs agree on the real positions. The real run and the padded
+import are made once; the padded run again only when a new softmax mask is found.
 
 It is a test on one input, not a proof: a node whose effect on real positions
 depends on the data in a way one random input does not show would pass it. The
@@ -62,8 +62,9 @@ class Probe:
             self.base[n] = b if top > b else max(lo, top - PAST)
         self.graph: Graph | None = graph if self.base == dict(base) else None
         self.types = {name: v.dtype for name, v in graph.values.items()}
-        self._runs: dict[tuple[Any, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
-        self._runs = {}
+        self._padded_graph: Graph | None = None
+        self._runs: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}  # padded, by masks
+        self._real: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
 
     def __call__(self, node: Node, masks: Sequence[tuple[str, str, int]]) -> bool:
         if self.padded == self.base or not self.judges(node):
@@ -84,27 +85,32 @@ class Probe:
         return all(np.dtype(self.types[i]).kind in "iub" for i in node.inputs if i)
 
     def _run(self, masks: tuple[Any, ...]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        if masks not in self._runs:
-            from ..graph.interpret import evaluate_all
-            from ..graph.onnx_import import from_onnx
-            from .bucket import Padding, masked
+        """The real run (made once) and the padded run with ``masks`` (once per set)."""
+        from ..graph.interpret import evaluate_all
+        from ..graph.onnx_import import from_onnx
+        from .bucket import Padding, masked
 
+        if self._real is None:
             if self.graph is None:
                 self.graph = from_onnx(self.source, self.shapes_at(self.base))
-            real = self.graph
             rng = np.random.default_rng(0)
-            feeds = {i: _random(real.value(i), rng) for i in real.inputs}
-            big = from_onnx(self.source, self.shapes_at(self.padded))
-            big, mask_inputs = masked(big, Padding(masks, ()))
+            feeds = {i: _random(self.graph.value(i), rng) for i in self.graph.inputs}
+            with np.errstate(all="ignore"):
+                self._real = feeds, evaluate_all(self.graph, feeds)
+            self._padded_graph = from_onnx(self.source, self.shapes_at(self.padded))
+        feeds, real = self._real
+        if masks not in self._runs:
+            assert self._padded_graph is not None
+            big, mask_inputs = masked(self._padded_graph, Padding(masks, ()))
             wide = {
-                i: _zero_padded(feeds[i], tuple(int(d) for d in big.value(i).shape))
-                for i in real.inputs
+                i: _zero_padded(a, tuple(int(d) for d in big.value(i).shape))
+                for i, a in feeds.items()
             }
             for m in mask_inputs:
                 wide[m.name] = m.array(self.base[m.symbol], self.padded[m.symbol])
             with np.errstate(all="ignore"):
-                self._runs[masks] = (evaluate_all(real, feeds), evaluate_all(big, wide))
-        return self._runs[masks]
+                self._runs[masks] = evaluate_all(big, wide)
+        return real, self._runs[masks]
 
     def _agree(
         self, name: str, real: Mapping[str, np.ndarray], padded: Mapping[str, np.ndarray]
