@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.target import Target
 
 from ._gemm import accumulator_budget
+from ._gemv import GEMV_PARALLEL_FROM
 from ._target import evenness, resolve
 
 if TYPE_CHECKING:
@@ -142,12 +143,16 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
 
 def _splits(p: Conv2d, outer: str, kr: int, ohr: int) -> bool:
     """Whether the parallel loop (the outermost: row blocks or channel blocks) has more than
-    one iteration to share: a squeeze-and-excitation 1 x 1 convolution of a 1 x 1 image
-    has one row block, and launching threads for it cost more than its work (440 -> 52
-    channels: 21 us parallel, 17 serial)."""
+    one iteration to share, and enough multiply-adds to pay for waking the other threads
+    (``GEMV_PARALLEL_FROM``, a matrix-vector product's measure). A squeeze-and-excitation
+    1 x 1 convolution of a 1 x 1 image has one row block and a few channel blocks, and
+    launching threads for it cost more than its work (Zen 5, two threads: 24 -> 72 channels
+    3.0 us serial against 6.3 parallel; 120 -> 480 4.2 against 7.3; 960 -> 240, 230 thousand
+    multiply-adds, 10.3 against 9.0)."""
     rows, channels = p.N * -(-p.OH // ohr), -(-p.K // kr)
     blocks = {"rows": rows, "channels": channels}.get(outer, rows * channels)
-    return blocks > 1
+    macs = p.N * p.OH * p.OW * p.K * p.Cg * p.R * p.S
+    return blocks > 1 and macs >= GEMV_PARALLEL_FROM
 
 
 def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:

@@ -13,8 +13,12 @@ they lie::
         for ko in K / L:
           for jr in MR:
             acc[jr, :] += X[i, ko*L : ko*L + L] * W[jo*MR + jr, ko*L : ko*L + L]
-        P[i, jo*MR .., :] = acc
-    C[i, j] = sum(P[i, j, :]) (+ the K % L last products)   # then the epilogue
+        C[jr] = sum(acc[jr, :]) (+ the K % L last products)
+        Y[i, jo*MR + jr] = epilogue(C[jr])
+
+The lane sums and the epilogue stay in the parallel loop, on the block just
+computed: as a serial pass over the whole output after it they took a quarter
+of the call (1 x 512 -> 1000 with bias: 22 us against 16, Zen 5, two threads).
 
 MobileNetV2's classifier (1 x 1280 -> 1000) and ResNet-50's (1 x 2048 -> 1000)
 on two threads: see ``search_spaces.dense.default_config``.
@@ -63,16 +67,22 @@ def gemv_product(X: Tensor, W: Tensor, lanes: int) -> tuple[Tensor, Tensor, Tens
     return P, C, tail
 
 
-def schedule_gemv(s: Schedule, cfg: Mapping[str, Any], P: Tensor | str = "P") -> None:
-    """MR features' accumulators in registers over ``k``, features in parallel (see above)."""
+def schedule_gemv(s: Schedule, cfg: Mapping[str, Any], Y: Tensor) -> None:
+    """MR features' accumulators in registers over ``k``, then their sums, tail and epilogue,
+    features in parallel (see above)."""
     mr = int(cfg["mr"])
-    i, j, v = s[P].op.axis
-    (ko,) = s[P].op.reduce_axis
-    jo, jr = s[P].split(j, factor=mr)
-    s[P].reorder(jo, i, ko, jr, v)
-    s[P].vectorize(v)
-    PL = s.cache_write(s.state.stage(P).tensor if isinstance(P, str) else P, "local")
-    s[PL].compute_at(s[P], i)
+    i, j = s[Y].op.axis
+    jo, jr = s[Y].split(j, factor=mr)
+    s[Y].reorder(jo, i, jr)
     if cfg["parallel"]:
-        s[P].parallel(jo)
-    # C, the tail and the epilogue are N values a row: serial, at the root.
+        s[Y].parallel(jo)
+    for name in ("C", "T"):
+        if s.state.has(name):
+            s[name].compute_at(s[Y], i)
+    s["P"].compute_at(s[Y], i)
+    pi, pj, pv = s["P"].op.axis
+    (ko,) = s["P"].op.reduce_axis
+    s["P"].reorder(pi, ko, pj, pv)
+    s["P"].vectorize(pv)
+    PL = s.cache_write(s.state.stage("P").tensor, "local")
+    s[PL].compute_at(s["P"], pi)

@@ -353,7 +353,7 @@ def schedule(
     )
     s = te.create_schedule(Y)
     if lanes:
-        schedule_gemv(s, cfg)
+        schedule_gemv(s, cfg, Y)
         return s, [*inputs, Y]
     if along_batch:
         _batch_vectors(s, cfg, inputs[0], C, Y)

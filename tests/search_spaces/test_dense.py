@@ -116,6 +116,19 @@ def test_a_batch_of_one_defaults_to_vectors_along_k_and_reads_w_in_place() -> No
     assert default(9, 2048, 1000, True, "none")["vectors"] != "k"
 
 
+def test_a_matrix_vector_product_sums_its_lanes_and_applies_the_epilogue_in_parallel() -> None:
+    """Cheap (no compile): one parallel loop computes each block of features' lane partials,
+    their sums (and the tail of ``k`` past the last vector) and the epilogue; a serial pass
+    over the whole output after it took a quarter of the call (1 x 512 -> 1000: 22 us
+    against 16 without, Zen 5, two threads)."""
+    cfg = {**default(1, 1001, 500, True, "relu"), "parallel": True}
+    s, tensors = dense.schedule(cfg, 1, 1001, 500, True, "relu")
+    func = tuner.lower(s, tensors)
+    (nest,) = _top_loops(func.body)
+    assert nest.kind == "parallel"
+    assert {"P_local", "P", "C", "T", "Y"} <= set(_stores(nest))
+
+
 def test_vectors_along_the_batch_pack_x_not_w() -> None:
     """Cheap (no compile): X is packed once, before the parallel loop; W is read in place."""
     m, k, n = 128, 768, 3072
