@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.target import Target
 
 from ._gemm import accumulator_budget
-from ._gemv import GEMV_PARALLEL_FROM
-from ._target import evenness, resolve
+from ._target import evenness, parallel_pays, resolve
 
 if TYPE_CHECKING:
     from ._conv_params import Conv2d
@@ -137,14 +136,14 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
         "pack_w": True,
         "pad_at": "root" if p.pad else "none",
         "unroll_window": False,
-        "parallel": _splits(p, "rows", kr, ohr),
+        "parallel": _splits(p, "rows", kr, ohr, tgt),
     }
 
 
-def _splits(p: Conv2d, outer: str, kr: int, ohr: int) -> bool:
+def _splits(p: Conv2d, outer: str, kr: int, ohr: int, target: Target) -> bool:
     """Whether the parallel loop (the outermost: row blocks or channel blocks) has more than
     one iteration to share, and enough multiply-adds to pay for waking the other threads
-    (``GEMV_PARALLEL_FROM``, a matrix-vector product's measure). A squeeze-and-excitation
+    (``_target.parallel_pays``). A squeeze-and-excitation
     1 x 1 convolution of a 1 x 1 image has one row block and a few channel blocks, and
     launching threads for it cost more than its work (Zen 5, two threads: 24 -> 72 channels
     3.0 us serial against 6.3 parallel; 120 -> 480 4.2 against 7.3; 960 -> 240, 230 thousand
@@ -152,7 +151,7 @@ def _splits(p: Conv2d, outer: str, kr: int, ohr: int) -> bool:
     rows, channels = p.N * -(-p.OH // ohr), -(-p.K // kr)
     blocks = {"rows": rows, "channels": channels}.get(outer, rows * channels)
     macs = p.N * p.OH * p.OW * p.K * p.Cg * p.R * p.S
-    return blocks > 1 and macs >= GEMV_PARALLEL_FROM
+    return blocks > 1 and parallel_pays(macs, target)
 
 
 def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:
@@ -270,5 +269,5 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         "pack_w": p.weights == "OIHW",
         "pad_at": _pad_at(p, depthwise),
         "unroll_window": False,
-        "parallel": _splits(p, outer, kr, ohr),
+        "parallel": _splits(p, outer, kr, ohr, target),
     }

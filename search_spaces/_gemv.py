@@ -34,13 +34,7 @@ from tuner.lower.extent import normal
 from tuner.schedule import Schedule
 from tuner.te import Tensor
 
-__all__ = ["GEMV_PARALLEL_FROM", "gemv_product", "schedule_gemv"]
-
-#: The multiply-adds from which a matrix-vector product shares its features among the
-#: threads: waking them costs more than a small product's work (Zen 5, two threads,
-#: 2026-12-05, with bias: 1 x 110 -> 440 7.0 us serial against 16.0 parallel, 1 x 16 -> 16
-#: 4.0 against 8.6; 1 x 512 -> 1000 25.5 against 21.1).
-GEMV_PARALLEL_FROM = 1 << 17
+__all__ = ["gemv_product", "schedule_gemv"]
 
 
 def gemv_product(X: Tensor, W: Tensor, lanes: int) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -46,7 +46,7 @@ def parallel_rows(
     two blocks of three, as column blocks of 128 over 196 columns did.
     """
     threads = target.threads or int(target.get("cores", 1))
-    if threads < 2 or cfg.get("pack_a"):
+    if threads < 2 or cfg.get("pack_a") or not cfg.get("parallel", True):
         return {}
     if dtype == "float32":  # measured for float32 only
         whole = _row_blocks_over_narrow_columns(M, N, cfg, target, threads)

@@ -86,8 +86,8 @@ from ._gemm import (
     register_blocked,
     tile_registers,
 )
-from ._gemv import GEMV_PARALLEL_FROM, gemv_product, schedule_gemv
-from ._target import resolve
+from ._gemv import gemv_product, schedule_gemv
+from ._target import parallel_pays, resolve
 
 __all__ = [
     "ACTIVATIONS",
@@ -317,7 +317,7 @@ def default_config(
             **cfg,
             **unused,
             **tile,
-            "parallel": batch * in_features * out_features >= GEMV_PARALLEL_FROM,
+            "parallel": parallel_pays(batch * in_features * out_features, tgt),
             "epilogue_at": epilogue_at,
             "vectors": "k",
         }

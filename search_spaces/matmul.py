@@ -85,7 +85,7 @@ from ._gemm import (
     tile_registers,
 )
 from ._matmul_parallel import EPILOGUE_BLOCK_COLUMNS, parallel_rows
-from ._target import resolve
+from ._target import parallel_pays, resolve
 
 __all__ = [
     "RESERVED_REGISTERS",
@@ -270,7 +270,8 @@ def default_config(
     tgt = resolve(target)
     if dtype == "int8" and int8_dot.supported(tgt):
         return int8_dot.dot_default(M, N, K, tgt)
-    cfg = {**gemm_default(M, N, K, target, dtype), "pack_b": True, "parallel": True}
+    cfg = {**gemm_default(M, N, K, target, dtype), "pack_b": True}
+    cfg["parallel"] = parallel_pays(M * N * K, tgt)
     cfg["pack_a"] = trans_a
     cfg.update(parallel_rows(M, N, K, cfg, tgt, dtype))
     if epilogue != NONE:

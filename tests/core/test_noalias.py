@@ -66,3 +66,30 @@ def test_inputs_may_share_memory_with_each_other() -> None:
     out = np.empty((16, 16), np.float32)
     kern(a, a, out)
     np.testing.assert_allclose(out, a @ a, rtol=1e-4, atol=1e-4)
+
+
+def test_the_same_small_arrays_again_skip_the_checks_and_anything_else_is_checked() -> None:
+    """A kernel called again on the arrays of its last call (timed, or run in a loop) takes
+    them as checked; a new array, or one whose shape changed in place, is checked again."""
+    from tuner.codegen.cpu.backend import MEMO_BYTES
+
+    s, args = _axpy(32)
+    kern = tuner.build(s, args)
+    x = RNG.standard_normal(32).astype(np.float32)
+    z = RNG.standard_normal(32).astype(np.float32)
+    y = np.empty(32, np.float32)
+    for _ in range(2):
+        kern(x, z, y)
+        np.testing.assert_allclose(y, x * 2 + z, rtol=1e-6)
+    assert kern._memo is not None and kern._memo[0][2] is y
+    with pytest.raises(ValueError, match="argument Y shares memory with argument X"):
+        kern(x, z, x)
+    y.shape = (4, 8)  # the same object, another shape
+    with pytest.raises(TypeError, match=r"argument Y must be float32\[32\]"):
+        kern(x, z, y)
+    n = MEMO_BYTES // 4
+    big = tuner.build(*_axpy(n))
+    xs, zs, ys = (np.ones(n, np.float32) for _ in range(3))
+    big(xs, zs, ys)
+    assert big._memo is None, "large arrays are not held between calls"
+    np.testing.assert_allclose(ys, 3.0)
