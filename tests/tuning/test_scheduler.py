@@ -58,6 +58,21 @@ def test_every_task_warms_up_once_in_order_then_dropouts_end_the_run(name: str) 
     assert sched.next_task() is None
 
 
+def test_every_task_is_timed_once_before_any_is_timed_twice() -> None:
+    """A warm-up round is one trial (the default schedule): a budget, or a time limit, that
+    fits one trial per task times every task once, whatever the batch."""
+    infos = [TaskInfo(weight=w) for w in (1, 5, 2, 1, 3)]
+    for name in ("round-robin", "gradient"):
+        sched = get_scheduler(name, infos, batch=8)
+        assert [sched.round_trials(i) for i in range(5)] == [1] * 5
+        replay(sched, [[1.0 - 0.01 * k for k in range(20)] for _ in infos], 5)
+        assert sched.trials == [1] * 5
+        assert sched.weighted_latency() == pytest.approx(12.0)
+        assert all(sched.round_trials(i) == 8 for i in range(5))
+    with pytest.raises(SchedulerError, match="at least one trial"):
+        get_scheduler("gradient", infos, warmup=0)
+
+
 def test_round_robin_gives_each_live_task_a_round_in_turn() -> None:
     sched = get_scheduler("round-robin", [TaskInfo(), TaskInfo(), TaskInfo()], batch=1)
     curve = replay(sched, [[3.0] * 10, [2.0] * 10, [1.0] * 2], 12)
@@ -66,14 +81,14 @@ def test_round_robin_gives_each_live_task_a_round_in_turn() -> None:
 
 
 def test_a_task_that_stops_improving_drops_out_after_patience_trials() -> None:
-    sched = get_scheduler("round-robin", [TaskInfo(), TaskInfo()], batch=4, patience=8)
+    sched = get_scheduler("round-robin", [TaskInfo(), TaskInfo()], batch=4, warmup=4, patience=8)
     replay(sched, [[1.0, 0.5] + [0.9] * 50, [2.0 - 0.01 * k for k in range(50)]], 60)
     assert 0 in sched.dead and sched.trials[0] == 12, "its best came at trial 2; 8 more, rounded up"
     assert 1 not in sched.dead and sched.trials[1] == 48
 
 
 def test_a_task_that_never_ran_correctly_counts_its_patience_from_zero() -> None:
-    sched = get_scheduler("gradient", [TaskInfo(), TaskInfo()], batch=4, patience=8)
+    sched = get_scheduler("gradient", [TaskInfo(), TaskInfo()], batch=4, warmup=4, patience=8)
     replay(sched, [[math.inf] * 40, [1.0 - 0.01 * k for k in range(40)]], 40)
     assert 0 in sched.dead and sched.trials[0] == 8
     assert sched.best[0] == math.inf and sched.weighted_latency() == math.inf
@@ -88,7 +103,7 @@ def test_a_scheduler_rebuilt_from_a_log_is_in_the_state_the_run_left(name: str) 
     for _ in range(20):  # a run cut short: what each task measured is in the "log"
         i = live.next_task()
         assert i is not None
-        chunk = curves[i][served[i] : served[i] + 8]
+        chunk = curves[i][served[i] : served[i] + live.round_trials(i)]
         served[i] += len(chunk)
         live.tell(i, len(chunk), min((live.best[i], *chunk)))
     rebuilt = get_scheduler(name, infos, batch=8, patience=64, seed=3)
@@ -151,3 +166,27 @@ def test_on_recorded_searches_gradient_spends_on_heavy_tasks_and_ends_lower_than
     (rr_trials, rr_latency), (g_trials, g_latency) = results["round-robin"], results["gradient"]
     assert g_trials[heavy] > 2 * rr_trials[heavy]
     assert g_latency < rr_latency
+
+
+@pytest.mark.parametrize("budget", [200, 400])
+def test_gradient_reaches_round_robins_final_latency_in_at_most_70_percent_of_the_trials(
+    budget: int,
+) -> None:
+    """On recorded searches (every task's trials in the order a search measured them), weights
+    as a model gives them (one task four times, two twice), the gradient scheduler's weighted
+    latency falls to what round-robin ends with after ``budget`` trials within 70% of them."""
+    curves = recorded_curves()
+    keys = list(curves)
+    weights = [
+        4 if k.startswith("matmul(K=1024") else 2 if i % 5 == 0 else 1 for i, k in enumerate(keys)
+    ]
+    infos = [TaskInfo(weight=w) for w in weights]
+    rr = replay(
+        get_scheduler("round-robin", infos, batch=8, patience=64), list(curves.values()), budget
+    )
+    target = rr[-1][1]
+    grad = replay(
+        get_scheduler("gradient", infos, batch=8, patience=64), list(curves.values()), budget
+    )
+    reached = next(spent for spent, latency in grad if latency <= target)
+    assert reached <= 0.7 * budget, (reached, budget)

@@ -114,32 +114,33 @@ def test_one_budget_over_every_task_one_measurer_one_log_and_a_table(
     assert last.start_latency == pytest.approx(result.default_latency)
 
 
-def test_resume_after_ctrl_c_measures_nothing_twice_and_finishes_the_budget(
+def test_resume_after_ctrl_c_measures_nothing_twice_and_goes_on_for_its_trials(
     mlp: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "tune.jsonl"
     with pytest.raises(KeyboardInterrupt):
         tune_model(mlp, opts(log, 30), measurer=Simulated(stop_after=13))
     before = load(log)
-    assert len(before) == 12, "every batch measured before Ctrl-C is in the log"
+    # each task's default (one trial each), then rounds of 4: 1 + 1 + 4 + 4, and Ctrl-C
+    assert len(before) == 10, "every batch measured before Ctrl-C is in the log"
     tasks = model_tasks(mlp, ONE)
-    assert trials_in_log(tasks, log) == 12
+    assert trials_in_log(tasks, log) == 10
     second = Simulated()
-    result = tune_model(mlp, opts(log, 30), measurer=second)
-    assert result.resumed == 12 and result.measured == 18 == len(second.seen)
+    result = tune_model(mlp, opts(log, 20), measurer=second)
+    assert result.resumed == 10 and result.measured == 20 == len(second.seen)
+    assert result.budget == 20, "--trials counts this run's trials, as tune's does"
     records = load(log)
     pairs = Counter((r.workload.key, config_key(r.config)) for r in records)
     assert len(records) == 30 and max(pairs.values()) == 1, "no config measured twice"
     for mt in tasks:  # each task's search continued: trial numbers go on from the log's
         trials = sorted(r.trial for r in records if mt.task.measures(r))
         assert trials == list(range(len(trials)))
-    again = tune_model(mlp, opts(log, 30), measurer=Simulated())
-    assert again.measured == 0 and "spent before" in again.stopped_because
+        assert trials, "every task warmed up before any got a second round"
 
 
 def test_the_retimed_leaders_do_not_count_against_the_budget(mlp: Path, tmp_path: Path) -> None:
     log = tmp_path / "tune.jsonl"
-    result = tune_model(mlp, opts(log, 16, retime=2), measurer=Simulated())
+    result = tune_model(mlp, opts(log, 16, retime=2), scheduler="round-robin", measurer=Simulated())
     records = load(log)
     assert 4 <= sum(r.strategy == "retime" for r in records) <= 6  # 2 leaders + each default
     assert trials_in_log(model_tasks(mlp, ONE), log) == result.measured == 16
@@ -151,7 +152,7 @@ def test_the_default_is_retimed_with_the_leaders_and_judged_on_all_its_samples(
     # "default vs best" must compare times taken alike: the best is judged on its
     # pooled samples, so the default is timed again in the same batch and pooled too.
     log = tmp_path / "tune.jsonl"
-    result = tune_model(mlp, opts(log, 16, retime=2), measurer=Simulated())
+    result = tune_model(mlp, opts(log, 16, retime=2), scheduler="round-robin", measurer=Simulated())
     records = load(log)
     for mt, row in zip(model_tasks(mlp, ONE), result.tasks, strict=True):
         default = mt.task.space.validate(mt.task.default_config()).key
@@ -211,7 +212,7 @@ def test_ctrl_c_in_the_command_keeps_the_log(
     argv = ["tune-model", str(mlp), "--trials", "40", "--log", str(log), "--strategy", "random"]
     assert main([*argv, "--batch", "4", "--threads", "1"]) == 130
     assert "the log keeps every measurement" in capsys.readouterr().err
-    assert len(load(log)) == 8
+    assert len(load(log)) == 6  # the two defaults and a round of 4, then Ctrl-C
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The live displays of the commands, rich progress bars and their summaries: ``tuner tune``'s
 (``TuneDisplay``) and ``tuner tune-model``'s (``ModelTuneDisplay``: the whole run, trials done of
-the budget, the model's estimated latency now and with the default schedules, ETA, and the
-task being tuned; its summary is a table per task)."""
+the budget, the model's estimated latency now and at the start, an ETA within the time limit,
+and the task being tuned; its summary is a table per task, shares before and after, and the
+module measured end to end)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .text import milliseconds, speed
 if TYPE_CHECKING:
     from ..tuning.tune_model import ModelProgress, ModelTuneResult
 
-__all__ = ["ModelTuneDisplay", "TuneDisplay"]
+__all__ = ["ModelTuneDisplay", "TuneDisplay", "eta_seconds"]
 
 
 class TuneDisplay:
@@ -130,64 +131,104 @@ def _label(key: str, width: int = 72) -> str:
     return key if len(key) <= width else key[: width - 3] + "..."
 
 
-class ModelTuneDisplay:
-    """A progress bar over the whole budget and a line on the task being tuned."""
+def _clock(seconds: float) -> str:
+    m, sec = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}"
 
-    def __init__(self, console: Console, title: str, budget: int, resumed: int = 0):
-        self.console = console
+
+def eta_seconds(
+    elapsed: float, done: int, budget: int, time_limit: float | None = None
+) -> float | None:
+    """Seconds left: the trials left at this run's pace, but never past ``time_limit``.
+
+    None before the first trial without a limit (no pace yet).
+    """
+    left = max(0.0, time_limit - elapsed) if time_limit is not None else None
+    if done <= 0:
+        return left
+    pace = elapsed / done * max(0, budget - done)
+    return pace if left is None else min(pace, left)
+
+
+class ModelTuneDisplay:
+    """A bar over this run's trials with the model's estimated latency now and at the start
+    (each task's best, or its default schedule's time, times its weight), an ETA that
+    respects the time limit, and a line on the task being tuned with its share."""
+
+    def __init__(
+        self,
+        console: Console,
+        title: str,
+        budget: int,
+        tasks: int,
+        time_limit: float | None = None,
+    ):
+        self.console, self.tasks, self.time_limit = console, tasks, time_limit
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("latency {task.fields[latency]} ms (default {task.fields[default]} ms)"),
+            TextColumn("{task.fields[latency]}"),
             TextColumn("errors {task.fields[errors]}"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             console=console,
         )
+        limit = _clock(time_limit) if time_limit is not None else "-"
         self.bar = self.progress.add_task(
-            title, total=budget, completed=resumed, latency="-", default="-", errors=0
+            title, total=budget, latency=self._warming(0), errors=0, eta=limit
         )
-        self.line = Text("warming up: every task gets one round first")
+        self.line = Text("warming up: every task gets its default schedule timed first")
         self.live = Live(self, console=console, refresh_per_second=4, transient=False)
 
     def __rich__(self) -> Group:
         return Group(self.progress, self.line)
 
+    def _warming(self, warmed: int) -> str:
+        return f"warming up: {warmed}/{self.tasks} tasks timed"
+
     def update(self, p: ModelProgress) -> None:
+        if p.latency is not None and p.start_latency is not None:
+            gain = speed(p.latency, p.start_latency)
+            latency = (
+                f"latency {_ms(p.latency)} ms, at the start {_ms(p.start_latency)} ms ({gain})"
+            )
+        else:
+            latency = self._warming(p.warmed)
+        eta = eta_seconds(p.elapsed, p.trials, p.budget, self.time_limit)
         self.progress.update(
             self.bar,
             completed=p.trials,
-            latency=_ms(p.latency),
-            default=_ms(p.start_latency),
+            latency=latency,
             errors=p.errors,
+            eta=_clock(eta) if eta is not None else "-",
         )
         share = f"{100 * p.task_share:.1f}%" if p.task_share is not None else "-"
         now = _ms(p.record.median) if p.record.ok else p.record.error_kind.value
         self.line = Text(
-            f"task {p.task_index + 1}: {_label(p.task.task.key)}  weight {p.task.weight}  "
-            f"now {now} ms  best {_ms(p.task_best)} ms  share {share}"
+            f"task {p.task_index + 1}/{self.tasks}: {_label(p.task.task.key)}  weight "
+            f"{p.task.weight}  now {now} ms  best {_ms(p.task_best)} ms  share {share}"
         )
 
-    def summary(self, r: ModelTuneResult, log: Path) -> None:
+    def summary(
+        self, r: ModelTuneResult, log: Path, end_to_end: tuple[float, float] | str | None = None
+    ) -> None:
+        """The table per task, the run in one line, the estimated latency before and after,
+        then ``end_to_end``: the module's measured seconds with the default schedules and
+        tuned (or why it was not measured)."""
         table = Table(title=f"tasks ({r.scheduler} scheduler)")
-        for col in (
-            "task",
-            "ops",
-            "weight",
-            "trials",
-            "default ms",
-            "best ms",
-            "speed-up",
-            "share",
-        ):
+        columns = (
+            "task", "ops", "weight", "trials", "default ms", "best ms", "speed-up",
+            "share before", "share after",
+        )  # fmt: skip
+        for col in columns:
             table.add_column(col, justify="left" if col in ("task", "ops") else "right")
-        for t in sorted(r.tasks, key=lambda t: -(r.share(t) or 0.0)):
+        for t in sorted(r.tasks, key=lambda t: -(r.share_before(t) or r.share(t) or 0.0)):
             gain = (
                 speed(t.best_seconds, t.default_seconds)
                 if t.default_seconds and t.best_seconds
                 else "-"
             )
-            share = r.share(t)
             table.add_row(
                 _label(t.key, 60),
                 t.ops,
@@ -196,13 +237,14 @@ class ModelTuneDisplay:
                 _ms(t.default_seconds),
                 _ms(t.best_seconds),
                 gain,
-                f"{100 * share:.1f}%" if share is not None else "-",
+                _percent(r.share_before(t)),
+                _percent(r.share(t)),
             )
         c = self.console
         c.print(table)
         c.print(
-            f"{r.measured} trials measured this run ({r.resumed} in the log before, "
-            f"budget {r.budget}), {r.errors} errors, {r.elapsed:.0f} s; {r.stopped_because}"
+            f"{r.measured} trials measured this run (budget {r.budget}; {r.resumed} in the log "
+            f"before), {r.errors} errors, {r.elapsed:.0f} s; {r.stopped_because}"
         )
         if r.latency is not None and r.default_latency is not None:
             c.print(
@@ -210,6 +252,14 @@ class ModelTuneDisplay:
                 f"{_ms(r.default_latency)} ms, tuned {_ms(r.latency)} ms "
                 f"({speed(r.latency, r.default_latency)})"
             )
+        if isinstance(end_to_end, tuple):
+            default, tuned = end_to_end
+            c.print(
+                f"measured end to end, this process: default schedules {_ms(default)} ms, "
+                f"tuned {_ms(tuned)} ms ({speed(tuned, default)})"
+            )
+        elif end_to_end:
+            c.print(f"not measured end to end: {end_to_end}")
         c.print(f"log: {log}")
 
     def __enter__(self) -> ModelTuneDisplay:
@@ -223,3 +273,9 @@ class ModelTuneDisplay:
         tb: TracebackType | None,
     ) -> None:
         self.live.stop()
+        if not self.console.is_terminal:  # the last frame ends without a newline there
+            self.console.line()
+
+
+def _percent(share: float | None) -> str:
+    return f"{100 * share:.1f}%" if share is not None else "-"

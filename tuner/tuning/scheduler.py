@@ -3,14 +3,19 @@
 A model's latency is the weighted sum of its tasks' latencies (weight = how
 often the task runs). A scheduler spends a shared trial budget across the
 tasks, ask/tell shaped like the search strategies: ``next_task()`` names the
-task to tune for one round (a batch of trials), ``tell(index, trials,
-best_seconds)`` reports what the round measured and the task's best time
-since. It never measures anything itself, so it is tested on replayed
+task to tune for one round, ``round_trials(index)`` how many trials that round
+gets (``warmup`` for a task's first, its default schedule first of all;
+``batch`` after), ``tell(index, trials, best_seconds)`` reports what the round
+measured and the task's best time since. Every task gets its warm-up round
+before any task gets a second, so a run cut short (a time limit) has timed
+every task once rather than a few of them many times. It never measures anything itself, so it is tested on replayed
 measurements, and its state is rebuilt from a tuning log with ``restore``.
 
 >>> sched = get_scheduler("gradient", [TaskInfo(weight=2), TaskInfo(weight=1)])
 >>> i = sched.next_task()        # warm-up: every task once, in order
->>> sched.tell(i, trials=8, best_seconds=1e-3)
+>>> sched.round_trials(i)
+1
+>>> sched.tell(i, trials=1, best_seconds=1e-3)
 
 Schedulers are found by name (``round-robin``, ``gradient``);
 ``register_scheduler`` adds more.
@@ -59,7 +64,8 @@ class TaskInfo:
 
 
 class Scheduler(ABC):
-    """Warm-up (every task one round, in order), then ``_pick`` among the tasks still alive.
+    """Warm-up (every task one round of ``warmup`` trials, in order), then ``_pick`` among the
+    tasks still alive, a round of ``batch`` trials each.
 
     A task drops out ("dead") when a round measured nothing (its space is
     exhausted) or, with ``patience``, after that many trials without
@@ -74,6 +80,7 @@ class Scheduler(ABC):
         tasks: Sequence[TaskInfo],
         *,
         batch: int = 8,
+        warmup: int = 1,
         patience: int | None = None,
         seed: int = 0,
     ):
@@ -82,7 +89,9 @@ class Scheduler(ABC):
         if any(t.weight <= 0 for t in tasks):
             raise SchedulerError("task weights must be positive")
         self.tasks = list(tasks)
-        self.batch, self.patience = batch, patience
+        if batch < 1 or warmup < 1:
+            raise SchedulerError("a round needs at least one trial")
+        self.batch, self.warmup, self.patience = batch, warmup, patience
         self.rng = np.random.default_rng(seed)
         n = len(tasks)
         self.rounds = [0] * n
@@ -105,6 +114,11 @@ class Scheduler(ABC):
                 return i
         return self._pick(alive)
 
+    def round_trials(self, index: int) -> int:
+        """How many trials task ``index``'s next round gets: ``warmup`` for its first round,
+        ``batch`` after."""
+        return self.warmup if self.rounds[index] == 0 else self.batch
+
     def tell(self, index: int, trials: int, best_seconds: float) -> None:
         """Task ``index`` measured ``trials`` candidates in one round; its best is now ``best_seconds``.
 
@@ -124,12 +138,14 @@ class Scheduler(ABC):
     def restore(self, index: int, seconds: Sequence[float]) -> None:
         """Replay task ``index``'s logged trials (median seconds in trial order, ``inf`` for failures).
 
-        They are told in rounds of ``batch``, so a scheduler rebuilt from a
-        log is in the state it had when the log was written.
+        They are told in rounds of ``round_trials``, so a scheduler rebuilt
+        from a log is in the state it had when the log was written.
         """
-        for start in range(0, len(seconds), self.batch):
-            chunk = seconds[start : start + self.batch]
+        start = 0
+        while start < len(seconds):
+            chunk = seconds[start : start + self.round_trials(index)]
             self.tell(index, len(chunk), min(self.best[index], min(chunk)))
+            start += len(chunk)
 
     @abstractmethod
     def _pick(self, alive: list[int]) -> int:
@@ -282,8 +298,8 @@ def replay(
 ) -> list[tuple[int, float]]:
     """Run ``scheduler`` on recorded measurements: task i's trials give ``seconds[i]`` in order.
 
-    Each round a task is given ``scheduler.batch`` trials (fewer at the end of
-    the budget, or of its records, which exhaust it). Returns, after each
+    Each round a task is given ``scheduler.round_trials`` trials (fewer at the end
+    of the budget, or of its records, which exhaust it). Returns, after each
     round, the trials spent in all and the weighted latency then.
 
     >>> rr = get_scheduler("round-robin", [TaskInfo(), TaskInfo()], batch=1)
@@ -297,7 +313,7 @@ def replay(
         i = scheduler.next_task()
         if i is None:
             break
-        n = min(scheduler.batch, budget - spent)
+        n = min(scheduler.round_trials(i), budget - spent)
         chunk = seconds[i][served[i] : served[i] + n]
         served[i] += len(chunk)
         spent += len(chunk)

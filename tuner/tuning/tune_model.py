@@ -5,9 +5,11 @@ group; weight = how often it runs). Each gets a :class:`~tuner.task.TaskTuner`;
 all share one measurer (build pool and runner), one log and, for the ``xgb``
 strategy, one cost model (``tuner.tuning.shared_model``). A scheduler
 (``tuner.tuning.scheduler``, ``gradient`` by default) picks the task that gets the
-next batch. Resumable: the scheduler's state and every task's search are
-rebuilt from the log, no config is measured twice, and the budget counts the
-trials already in the log.
+next round: every task first gets one trial, its default schedule, then
+the scheduler follows the expected gain. Resumable: the scheduler's state and
+every task's search are rebuilt from the log and no config is measured twice;
+``trials`` are this run's, as in ``tune`` (a resumed run measures that many
+more).
 
 >>> result = tune_model("resnet50.onnx", TuneOptions(trials=2000, log=Path("tune.jsonl")))
 >>> result.default_latency / result.latency    # the estimated speed-up of the whole model
@@ -96,8 +98,9 @@ def model_tasks(
 class ModelProgress:
     """Sent after each measured candidate."""
 
-    trials: int  # in the log for this model's tasks: resumed plus this session's
-    budget: int
+    trials: int  # this session's
+    budget: int  # this session's
+    warmed: int  # tasks timed at least once (the log's included)
     task_index: int
     task: ModelTask
     record: Record
@@ -149,6 +152,13 @@ class ModelTuneResult:
             return None
         return row.weight * row.best_seconds / total
 
+    def share_before(self, row: TaskSummary) -> float | None:
+        """``row``'s weighted default time as a share of the default schedules' latency."""
+        total = self.default_latency
+        if not total or row.default_seconds is None:
+            return None
+        return row.weight * row.default_seconds / total
+
 
 def tune_model(
     model: str | os.PathLike[str] | Any,
@@ -159,7 +169,7 @@ def tune_model(
     progress: Callable[[ModelProgress], None] | None = None,
     measurer: Any = None,
 ) -> ModelTuneResult:
-    """Tune ``model``'s tasks with ``options.trials`` trials in all; every measurement to ``options.log``.
+    """Tune ``model``'s tasks with ``options.trials`` more trials; every measurement to ``options.log``.
 
     ``options`` are ``tuner tune``'s (strategy, batch, seed, target, threads,
     storage, time limit, re-timing); ``early_stopping`` is per task: a task
@@ -195,10 +205,10 @@ def tune_model(
         # after each batch: the scheduler hears of it, then the default's time, then the report
         ctx.on_batch += [_told(sched), _default_seen(default_keys, defaults)]
         if progress is not None:
-            ctx.on_batch.append(_reporter(progress, sched, mtasks, defaults, opts.trials, ctx))
-        if resumed >= opts.trials:
-            stopped = f"the budget of {opts.trials} trials was spent before (in the log)"
-        while sched.total_trials < opts.trials:
+            ctx.on_batch.append(
+                _reporter(progress, sched, mtasks, defaults, opts.trials, resumed, ctx)
+            )
+        while (spent := sched.total_trials - resumed) < opts.trials:
             if ctx.out_of_time():
                 stopped = "time limit reached"
                 break
@@ -206,7 +216,7 @@ def tune_model(
             if pick is None:
                 stopped = "every task is exhausted or stopped improving"
                 break
-            if not ctx.step(pick, min(opts.batch, opts.trials - sched.total_trials)):
+            if not ctx.step(pick, min(sched.round_trials(pick), opts.trials - spent)):
                 _told(sched)(pick, tuners[pick], [])  # nothing left to measure: the task drops out
         ctx.retime(also=lambda i: [k for k in default_keys[i : i + 1] if k is not None])
         for i, tt in enumerate(tuners):
@@ -317,6 +327,7 @@ def _reporter(
     mtasks: list[ModelTask],
     defaults: list[float | None],
     budget: int,
+    resumed: int,
     ctx: TuneContext,
 ) -> BatchHook:
     """The ``progress`` callback as a batch hook: one report per measured record."""
@@ -325,7 +336,7 @@ def _reporter(
         errors = ctx.errors - sum(not r.ok for r in records)
         for k, rec in enumerate(records):
             errors += not rec.ok
-            done = sched.total_trials - len(records) + k + 1
+            done = sched.total_trials - resumed - len(records) + k + 1
             progress(_progress(sched, mtasks, defaults, i, rec, done, budget, errors, ctx.start))
 
     return report
@@ -348,15 +359,16 @@ def _progress(
     share = mtasks[i].weight * best / latency if latency and best is not None else None
     start_latency = _weighted([(mt.weight, d) for mt, d in zip(mtasks, defaults, strict=True)])
     return ModelProgress(
-        done,
-        budget,
-        i,
-        mtasks[i],
-        rec,
-        best,
-        share,
-        latency,
-        start_latency,
-        errors,
-        time.monotonic() - start,
+        trials=done,
+        budget=budget,
+        warmed=sum(r > 0 for r in sched.rounds),
+        task_index=i,
+        task=mtasks[i],
+        record=rec,
+        task_best=best,
+        task_share=share,
+        latency=latency,
+        start_latency=start_latency,
+        errors=errors,
+        elapsed=time.monotonic() - start,
     )
