@@ -48,11 +48,12 @@ compile_model: Callable[..., Any] = _compile
 
 #: The newest default-domain opset the IR takes (its semantics are opset 13..21).
 MAX_OPSET = 21
-#: The element types te has (contracts: bool, int8, int32, int64, float32, float64).
+#: The element types te has (contracts: bool, int8, uint8, int32, int64, float32, float64).
 TE_DTYPES = frozenset(
     {
         TensorProto.BOOL,
         TensorProto.INT8,
+        TensorProto.UINT8,
         TensorProto.INT32,
         TensorProto.INT64,
         TensorProto.FLOAT,
@@ -71,6 +72,10 @@ EXCLUDE: tuple[tuple[str, str], ...] = (
         "training mode (Dropout masks, BatchNormalization batch statistics): inference only",
     ),
     (r"fp16|float16|bf16|bfloat16", "float16/bfloat16: no te dtype"),
+    (
+        r"quantizelinear_blocked",
+        "blocked quantization (opset 21's block_size): refused in one line",
+    ),
     (
         r"float8|FLOAT8|e4m3|e5m2|int4|INT4|uint4|UINT4|float4|FLOAT4|int2|INT2",
         "8/4/2-bit types: no te dtype",
@@ -97,6 +102,12 @@ EXCLUDE: tuple[tuple[str, str], ...] = (
 #: from inputs, negative axes, opset-dependent forms and function-expanded graphs.
 FAST: frozenset[str] = frozenset(
     {
+        # quantization
+        "test_quantizelinear",
+        "test_quantizelinear_axis",
+        "test_dequantizelinear",
+        "test_dequantizelinear_axis",
+        "test_dynamicquantizelinear_expanded",
         # elementwise
         "test_add_bcast",
         "test_mul_bcast",

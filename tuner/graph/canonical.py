@@ -39,7 +39,7 @@ __all__ = ["FORMAT", "decode", "digest", "encode"]
 #: The version of the text's layout; decode refuses any other.
 FORMAT = 1
 
-_DTYPES = ("bool", "int8", "int32", "int64", "float32", "float64")
+_DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float32", "float64")
 _TOP_KEYS = {"consts", "format", "inputs", "nodes", "opset", "outputs"}
 _NODE_KEYS = {"attrs", "inputs", "op", "outputs"}
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}

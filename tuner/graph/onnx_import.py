@@ -16,7 +16,7 @@ is built:
    224)}``); extents left symbolic stay strings in ``Value.shape``;
 6. shape inference (``data_prop=True``, so shape arithmetic is propagated);
    every value must end with a dtype this compiler has (float32, float64,
-   int8, int32, int64, bool) and a known rank.
+   int8, uint8, int32, int64, bool) and a known rank.
 
 Initializers and ``Constant`` nodes become constant Values (owned, writable
 arrays); a graph input that is also an initializer is a constant, not an

@@ -18,6 +18,7 @@ DTYPES: dict[int, str] = {
     TensorProto.FLOAT: "float32",
     TensorProto.DOUBLE: "float64",
     TensorProto.INT8: "int8",
+    TensorProto.UINT8: "uint8",
     TensorProto.INT32: "int32",
     TensorProto.INT64: "int64",
     TensorProto.BOOL: "bool",

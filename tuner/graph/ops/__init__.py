@@ -127,6 +127,7 @@ _FAMILIES = (
     "gather",
     "shape",
     "channels_last",
+    "quant",
 )
 _LOADED = False
 

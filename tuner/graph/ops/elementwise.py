@@ -47,6 +47,7 @@ Unary = Callable[[Expr], Expr]
 #: ONNX TensorProto element types this compiler takes, as NumPy dtype names.
 ONNX_DTYPES: dict[int, str] = {
     1: "float32",
+    2: "uint8",
     3: "int8",
     6: "int32",
     7: "int64",

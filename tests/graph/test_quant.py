@@ -1,0 +1,227 @@
+"""QuantizeLinear and DequantizeLinear against onnxruntime: one node, QDQ graphs around Conv and
+MatMul, and a small CNN quantized by ``onnxruntime.quantization.quantize_static``.
+
+One node gives exactly onnxruntime's integers (round half to even, saturation, per-tensor
+and per-axis, symmetric and asymmetric). Around a Conv or a MatMul our float computation
+of the dequantized values can differ from onnxruntime's integer kernels (QLinearConv: an
+int32 accumulator, the bias quantized to int32, one requantizing multiply) where a value
+lies within float rounding of a rounding boundary: by one quantization step, on a few
+elements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from tuner.model import compile_model  # noqa: E402
+
+from .helpers import check_op  # noqa: E402
+
+RNG = np.random.default_rng(11)
+
+
+def _q(dtype: str, values: list[int] | int) -> np.ndarray:
+    return np.asarray(values, dtype)
+
+
+@pytest.mark.parametrize(
+    ("zp_dtype", "zero_point"), [("int8", 0), ("int8", -7), ("uint8", 128), ("uint8", 3)]
+)
+def test_quantize_rounds_half_to_even_and_saturates_per_tensor(
+    zp_dtype: str, zero_point: int
+) -> None:
+    scale = np.float32(0.25)
+    halves = (np.arange(-9, 9, dtype=np.float32) + 0.5) * scale  # every one on a boundary
+    x = np.concatenate([halves, RNG.standard_normal(29).astype(np.float32) * 40, [1e6, -1e6]])
+    x = x.astype(np.float32).reshape(1, -1)
+    check_op("QuantizeLinear", [x, np.array(scale), _q(zp_dtype, zero_point)], const={1, 2})
+
+
+def test_quantize_without_zero_point_is_uint8() -> None:
+    x = (RNG.standard_normal((2, 3, 5)) * 30).astype(np.float32)
+    check_op("QuantizeLinear", [x, np.array(0.5, np.float32)], const={1})
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_quantize_and_dequantize_per_axis(axis: int) -> None:
+    x = (RNG.standard_normal((3, 5, 7)) * 8).astype(np.float32)
+    n = x.shape[axis]
+    scale = (RNG.random(n) * 0.2 + 0.01).astype(np.float32)
+    zp = RNG.integers(-20, 20, n).astype(np.int8)
+    check_op("QuantizeLinear", [x, scale, zp], {"axis": axis}, const={1, 2})
+    q = RNG.integers(-128, 128, x.shape).astype(np.int8)
+    check_op("DequantizeLinear", [q, scale, zp], {"axis": axis}, const={1, 2})
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
+def test_dequantize_per_tensor(dtype: str) -> None:
+    lo, hi = {"int8": (-128, 128), "uint8": (0, 256), "int32": (-(2**20), 2**20)}[dtype]
+    q = RNG.integers(lo, hi, (4, 9)).astype(dtype)
+    zp = np.array(0 if dtype == "int32" else (lo + hi) // 3, dtype)
+    check_op("DequantizeLinear", [q, np.array(0.037, np.float32), zp], const={1, 2})
+    check_op("DequantizeLinear", [q, np.array(0.5, np.float32)], const={1})
+
+
+# -- QDQ graphs ------------------------------------------------------------------------
+
+
+def _qdq(x: str, out: str, scale: float, zp: int, dtype: int, inits: list) -> list:  # type: ignore[type-arg]
+    """Nodes quantizing then dequantizing ``x`` (one scale, one zero point) into ``out``."""
+    s, z = f"{out}_s", f"{out}_z"
+    inits += [
+        numpy_helper.from_array(np.array(scale, np.float32), s),
+        helper.make_tensor(z, dtype, [], [zp]),
+    ]
+    return [
+        helper.make_node("QuantizeLinear", [x, s, z], [f"{out}_q"]),
+        helper.make_node("DequantizeLinear", [f"{out}_q", s, z], [out]),
+    ]
+
+
+def _weight(name: str, w: np.ndarray, inits: list, axis: int = 0) -> list:  # type: ignore[type-arg]
+    """An int8 weight with a symmetric scale per output channel, dequantized into ``name``."""
+    amax = np.abs(w).reshape(w.shape[axis], -1).max(axis=1) if axis == 0 else np.abs(w).max()
+    scale = (np.asarray(amax) / 127).astype(np.float32)
+    shaped = scale.reshape((-1,) + (1,) * (w.ndim - 1)) if axis == 0 else scale
+    q = np.clip(np.rint(w / shaped), -127, 127).astype(np.int8)
+    zp = np.zeros(scale.shape, np.int8)
+    inits += [
+        numpy_helper.from_array(q, f"{name}_q"),
+        numpy_helper.from_array(scale, f"{name}_s"),
+        numpy_helper.from_array(zp, f"{name}_z"),
+    ]
+    return [
+        helper.make_node(
+            "DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [name], axis=axis
+        )
+    ]
+
+
+def _model(
+    nodes: list, inits: list, x_shape: tuple[int, ...], y: str, y_shape: tuple[int, ...]
+) -> onnx.ModelProto:  # type: ignore[type-arg]
+    graph = helper.make_graph(
+        nodes,
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, y_shape)],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _steps_apart(
+    model: onnx.ModelProto, x: np.ndarray, step: float, optimized: bool = True
+) -> np.ndarray:
+    """How many quantization steps of ``step`` our output is from onnxruntime's, per element
+    (onnxruntime with all its graph optimizations, or ``optimized=False`` with none)."""
+    so = ort.SessionOptions()
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    got = compile_model(model).run({"x": x})[0]
+    assert got.shape == want.shape
+    return np.rint(np.abs(got.astype(np.float64) - want) / step)
+
+
+@pytest.mark.parametrize(
+    ("C", "K", "zp", "dtype"),
+    [(3, 5, 128, TensorProto.UINT8), (8, 7, 0, TensorProto.INT8), (16, 16, -9, TensorProto.INT8)],
+)
+def test_a_qdq_convolution_with_per_channel_weights_matches_within_one_step(
+    C: int, K: int, zp: int, dtype: int
+) -> None:
+    inits: list = []  # type: ignore[type-arg]
+    w = (RNG.standard_normal((K, C, 3, 3)) * 0.3).astype(np.float32)
+    b = (RNG.standard_normal(K) * 0.1).astype(np.float32)
+    inits.append(numpy_helper.from_array(b, "b"))
+    nodes = _qdq("x", "xd", 0.02, zp, dtype, inits) + _weight("w", w, inits)
+    nodes.append(helper.make_node("Conv", ["xd", "w", "b"], ["c"], pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    nodes += _qdq("r", "y", 0.03, -20 if dtype == TensorProto.INT8 else 5, dtype, inits)
+    x = (RNG.standard_normal((1, C, 9, 11))).astype(np.float32)
+    apart = _steps_apart(_model(nodes, inits, x.shape, "y", (1, K, 9, 11)), x, 0.03)
+    assert apart.max() <= 1 and apart.mean() < 0.02, (apart.max(), apart.mean())
+
+
+def test_a_qdq_matmul_with_asymmetric_activations_matches_within_one_step() -> None:
+    inits: list = []  # type: ignore[type-arg]
+    w = (RNG.standard_normal((24, 10)) * 0.2).astype(np.float32)
+    nodes = _qdq("x", "xd", 0.05, 131, TensorProto.UINT8, inits) + _weight("w", w, inits, axis=1)
+    nodes.append(helper.make_node("MatMul", ["xd", "w"], ["m"]))
+    nodes += _qdq("m", "y", 0.04, 120, TensorProto.UINT8, inits)
+    x = (RNG.standard_normal((6, 24)) * 2).astype(np.float32)
+    apart = _steps_apart(_model(nodes, inits, x.shape, "y", (6, 10)), x, 0.04)
+    assert apart.max() <= 1 and apart.mean() < 0.05, (apart.max(), apart.mean())
+
+
+@pytest.mark.slow
+def test_a_small_cnn_quantized_by_onnxruntime_matches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``quantize_static`` (QDQ, per-channel int8 weights, int8 activations) on a residual block,
+    calibrated on random data: compiled and run against onnxruntime on the same file."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from tests.models import builders
+
+    fp32, q8 = tmp_path / "block.onnx", tmp_path / "block_q.onnx"
+    onnx.save(builders.basic_block(), fp32)
+    feeds = [{"x": RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)} for _ in range(8)]
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.left = iter(feeds)
+
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(self.left, None)
+
+    quantize_static(
+        str(fp32), str(q8), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+    )  # fmt: skip
+    model = onnx.load(q8)
+    assert any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    sess = ort.InferenceSession(str(q8), providers=["CPUExecutionProvider"])
+    module = compile_model(q8)
+    out_scale = max(float(np.abs(sess.run(None, f)[0]).max()) for f in feeds) / 127
+    for f in feeds[:4]:
+        want, got = sess.run(None, f)[0], module.run(f)[0]
+        apart = np.abs(got - want) / out_scale
+        assert apart.max() <= 2.01 and apart.mean() < 0.1, (apart.max(), apart.mean())
+
+
+def test_a_chain_of_quantizations_is_one_kernel_of_linear_size() -> None:
+    """Each quantize uses its input once (rounding by one addition, not a floor and selects):
+    six quantize-dequantize pairs fused into one kernel stay small (nested rounds repeated
+    their argument at every level: a 6 MB kernel for three of them) and exact as ONNX
+    defines them. onnxruntime's graph optimizations fold each dequantize-quantize pair into
+    one requantization, which rounds differently: within a step of it."""
+    inits: list = []  # type: ignore[type-arg]
+    nodes, src = [], "x"
+    for k, (scale, zp) in enumerate(
+        [(0.05, 3), (0.11, -7), (0.02, 0), (0.3, 100), (0.07, -1), (0.5, 9)]
+    ):
+        nodes += _qdq(src, f"d{k}", scale, zp, TensorProto.INT8, inits)
+        src = f"d{k}"
+    model = _model(nodes, inits, (4, 33), src, (4, 33))
+    x = (RNG.standard_normal((4, 33)) * 3).astype(np.float32)
+    assert _steps_apart(model, x, 0.5, optimized=False).max() == 0
+    assert _steps_apart(model, x, 0.5).max() <= 1
+    module = compile_model(model)
+    (plan,) = module.plans
+    kernels = plan.distinct()
+    assert len(kernels) == 1
+    assert len(kernels[0][1].kernel.source) < 20_000
