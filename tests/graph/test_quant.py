@@ -225,3 +225,176 @@ def test_a_chain_of_quantizations_is_one_kernel_of_linear_size() -> None:
     kernels = plan.distinct()
     assert len(kernels) == 1
     assert len(kernels[0][1].kernel.source) < 20_000
+
+
+# -- the QOperator format: integer operators rewritten into QDQ at import ----------------
+
+
+def _one_node(
+    op: str,
+    x: np.ndarray,
+    consts: list[np.ndarray | None],
+    n_outputs: int = 1,
+    domain: str = "",
+    **attrs: object,
+) -> onnx.ModelProto:
+    """``op`` on the graph input ``x`` and initializers ``consts`` (None: omitted)."""
+    names = ["x"] + [f"c{i}" if c is not None else "" for i, c in enumerate(consts)]
+    inits = [numpy_helper.from_array(c, f"c{i}") for i, c in enumerate(consts) if c is not None]
+    outs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op, names, outs, domain=domain, **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(
+        [node],
+        "one",
+        [helper.make_tensor_value_info("x", elem, x.shape)],
+        [helper.make_value_info(o, onnx.TypeProto()) for o in outs],
+        initializer=inits,
+    )
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model) if not domain else _typed(model, x, n_outputs)
+
+
+def _typed(model: onnx.ModelProto, x: np.ndarray, n_outputs: int) -> onnx.ModelProto:
+    """Outputs typed from onnxruntime's run (shape inference does not know com.microsoft)."""
+    outs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    del model.graph.output[:]
+    model.graph.output.extend(
+        helper.make_tensor_value_info(f"y{i}", helper.np_dtype_to_tensor_dtype(o.dtype), o.shape)
+        for i, o in enumerate(outs[:n_outputs])
+    )
+    return model
+
+
+def _both(model: onnx.ModelProto, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return compile_model(model).run({"x": x}), sess.run(None, {"x": x})
+
+
+def _u8(shape: tuple[int, ...]) -> np.ndarray:
+    return RNG.integers(0, 256, shape).astype(np.uint8)
+
+
+def _i8(shape: tuple[int, ...]) -> np.ndarray:
+    return RNG.integers(-127, 128, shape).astype(np.int8)
+
+
+def test_qlinear_conv_per_channel_with_bias_within_one_step() -> None:
+    K, C = 7, 5
+    x = _u8((1, C, 9, 8))
+    w = _i8((K, C, 3, 3))
+    ws = (RNG.random(K) * 0.01 + 0.002).astype(np.float32)
+    bias = RNG.integers(-3000, 3000, K).astype(np.int32)
+    consts = [np.array(0.02, np.float32), np.array(120, np.uint8), w, ws, np.zeros(K, np.int8),
+              np.array(0.05, np.float32), np.array(100, np.uint8), bias]  # fmt: skip
+    model = _one_node("QLinearConv", x, consts, pads=[1, 1, 1, 1], strides=[2, 1])
+    (got,), (want,) = _both(model, x)
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    apart = np.abs(got.astype(int) - want.astype(int))
+    assert apart.max() <= 1 and apart.mean() < 0.02, (apart.max(), apart.mean())
+
+
+def test_qlinear_matmul_within_one_step() -> None:
+    x = _i8((4, 6, 20))
+    consts = [np.array(0.03, np.float32), np.array(-5, np.int8), _i8((20, 9)),
+              np.array(0.004, np.float32), np.array(0, np.int8),
+              np.array(0.02, np.float32), np.array(3, np.int8)]  # fmt: skip
+    (got,), (want,) = _both(_one_node("QLinearMatMul", x, consts), x)
+    apart = np.abs(got.astype(int) - want.astype(int))
+    assert apart.max() <= 1 and apart.mean() < 0.02, (apart.max(), apart.mean())
+
+
+def test_matmul_and_conv_integer_are_exact() -> None:
+    x = _u8((3, 40))
+    b = _i8((40, 11))
+    (got,), (want,) = _both(_one_node("MatMulInteger", x, [b, np.array(131, np.uint8)]), x)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    x4 = _u8((1, 3, 7, 7))
+    w = _i8((4, 3, 3, 3))
+    model = _one_node("ConvInteger", x4, [w, np.array(9, np.uint8)], pads=[1, 1, 1, 1])
+    (got,), (want,) = _both(model, x4)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_dynamic_quantize_linear_gives_onnxruntimes_scale_zero_point_and_values() -> None:
+    x = (RNG.standard_normal((5, 17)) * 3 + 1).astype(np.float32)
+    got, want = _both(_one_node("DynamicQuantizeLinear", x, [], n_outputs=3), x)
+    y, scale, zp = got
+    np.testing.assert_allclose(scale, want[1], rtol=1e-6)
+    assert zp == want[2] and zp.dtype == np.uint8
+    assert np.abs(y.astype(int) - want[0].astype(int)).max() <= 1
+
+
+def test_qlinear_add_of_com_microsoft_within_one_step() -> None:
+    x = _u8((2, 8, 5))
+    consts = [np.array(0.04, np.float32), np.array(128, np.uint8), _u8((8, 5)),
+              np.array(0.02, np.float32), np.array(10, np.uint8),
+              np.array(0.05, np.float32), np.array(90, np.uint8)]  # fmt: skip
+    (got,), (want,) = _both(_one_node("QLinearAdd", x, consts, domain="com.microsoft"), x)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+@pytest.mark.slow
+def test_a_small_mlp_quantized_dynamically_matches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``quantize_dynamic`` (MatMulInteger and DynamicQuantizeLinear) on Gemm -> Gelu -> Gemm:
+    our module on the quantized file against onnxruntime on it, within a few hundredths of
+    the outputs' scale (each activation's quantization may round one step apart)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tests.models import builders
+
+    fp32, q8 = tmp_path / "mlp.onnx", tmp_path / "mlp_q.onnx"
+    onnx.save(builders.mlp(), fp32)
+    quantize_dynamic(str(fp32), str(q8), weight_type=QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(q8).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops
+    sess = ort.InferenceSession(str(q8), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    module = compile_model(q8)
+    for _ in range(4):
+        x = RNG.standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
+        want, got = sess.run(None, {name: x})[0], module.run({name: x})[0]
+        assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+@pytest.mark.slow
+def test_a_residual_block_in_the_qoperator_format_matches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``quantize_static`` in QOperator format (QLinearConv, QLinearAdd of com.microsoft):
+    rewritten at import, compiled, and within a step or two of onnxruntime's integer run."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from tests.models import builders
+
+    fp32, q8 = tmp_path / "block.onnx", tmp_path / "block_qop.onnx"
+    onnx.save(builders.basic_block(), fp32)
+    feeds = [{"x": RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)} for _ in range(8)]
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.left = iter(feeds)
+
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(self.left, None)
+
+    quantize_static(
+        str(fp32), str(q8), Reader(), quant_format=QuantFormat.QOperator, per_channel=True,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+    )  # fmt: skip
+    ops = {n.op_type for n in onnx.load(q8).graph.node}
+    assert "QLinearConv" in ops, ops
+    sess = ort.InferenceSession(str(q8), providers=["CPUExecutionProvider"])
+    module = compile_model(q8)
+    out_scale = max(float(np.abs(sess.run(None, f)[0]).max()) for f in feeds) / 255
+    for f in feeds[:4]:
+        want, got = sess.run(None, f)[0], module.run(f)[0]
+        apart = np.abs(got - want) / out_scale
+        assert apart.max() <= 2.01 and apart.mean() < 0.1, (apart.max(), apart.mean())

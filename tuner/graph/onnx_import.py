@@ -12,6 +12,8 @@ is built:
 4. default-domain opset: below 13 the model is converted to 13 with
    ``onnx.version_converter``; 13 to 21 is taken as it is; above 21 is taken
    too but is **untested** (operators that changed after 21 may be misread);
+   quantized operators (QLinearConv, MatMulInteger, ...) are rewritten into
+   QuantizeLinear/DequantizeLinear around float ones (``onnx_quant``);
 5. ``shapes`` fixes symbolic or unknown input extents (``{"data": (8, 3, 224,
    224)}``); extents left symbolic stay strings in ``Value.shape``;
 6. shape inference (``data_prop=True``, so shape arithmetic is propagated);
@@ -42,6 +44,7 @@ import onnx
 
 from .ir import Dim, Graph, GraphError, Node, Value
 from .onnx_fold import MAX_ELEMENTS, fold_static
+from .onnx_quant import QUANTIZED_OPS, decompose_quantized
 from .onnx_values import array_of, dtype_of, elem_type, first_line, node_attrs
 from .ops import supported
 from .ops.shape import constant_value
@@ -69,6 +72,10 @@ def from_onnx(
         proto = _convert(proto, opset)
         opset = MIN_OPSET
         _check_operators(proto, opset)
+    try:
+        decompose_quantized(proto)
+    except ValueError as exc:
+        raise GraphError(str(exc)) from None
     if shapes:
         _fix_shapes(proto, shapes)
     _name_unknown_extents(proto)
@@ -174,6 +181,8 @@ def _check_operators(proto: onnx.ModelProto, opset: int) -> None:
     for n, name in zip(nodes, _node_names(nodes), strict=True):
         if n.domain in _DEFAULT_DOMAINS and n.op_type in ops:
             continue
+        if (n.domain if n.domain != "ai.onnx" else "", n.op_type) in QUANTIZED_OPS:
+            continue  # rewritten into supported operators (onnx_quant)
         if n.domain in _DEFAULT_DOMAINS:
             op, version = n.op_type, opset
         else:
