@@ -28,6 +28,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from zoo import _session  # noqa: E402  (onnxruntime with every graph optimization)
 
 from tuner.measure.interleave import interleaved, medians  # noqa: E402
 from tuner.model import compile_model  # noqa: E402
@@ -52,16 +55,6 @@ def _feeds(sess: Any, rng: np.random.Generator, dims: dict[str, int]) -> dict[st
         else:
             feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
-
-
-def _session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def quantize(name: str, src: Path, dst: Path, calibration: int, dims: dict[str, int]) -> str:
