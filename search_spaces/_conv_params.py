@@ -69,6 +69,11 @@ class Conv2d:
         return self.C // self.groups
 
     @property
+    def macs(self) -> int:
+        """The convolution's multiply-adds."""
+        return self.N * self.K * self.OH * self.OW * self.Cg * self.R * self.S
+
+    @property
     def nhwc(self) -> bool:
         return self.layout == "NHWC"
 

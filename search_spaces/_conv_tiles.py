@@ -150,8 +150,7 @@ def _splits(p: Conv2d, outer: str, kr: int, ohr: int, target: Target) -> bool:
     multiply-adds, 10.3 against 9.0)."""
     rows, channels = p.N * -(-p.OH // ohr), -(-p.K // kr)
     blocks = {"rows": rows, "channels": channels}.get(outer, rows * channels)
-    macs = p.N * p.OH * p.OW * p.K * p.Cg * p.R * p.S
-    return blocks > 1 and parallel_pays(macs, target)
+    return blocks > 1 and parallel_pays(p.macs, target)
 
 
 def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:

@@ -101,7 +101,7 @@ def define(p: Conv2d) -> list[Tensor]:
 def flops(p: Conv2d) -> float:
     """Multiply-adds of the convolution, two FLOPs each, and one per output per epilogue step
     (the bias and the relu are not counted)."""
-    return 2.0 * p.N * p.K * p.OH * p.OW * p.Cg * p.R * p.S + p.steps.flops(p.N * p.K * p.OH * p.OW)
+    return 2.0 * p.macs + p.steps.flops(p.N * p.K * p.OH * p.OW)
 
 
 def bytes_moved(p: Conv2d) -> float:

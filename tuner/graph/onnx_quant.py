@@ -34,19 +34,6 @@ from onnx import TensorProto, helper
 __all__ = ["QUANTIZED_OPS", "decompose_quantized"]
 
 _MS = "com.microsoft"
-#: (domain, op type) of every operator rewritten here.
-QUANTIZED_OPS = frozenset(
-    {
-        ("", "QLinearConv"),
-        ("", "QLinearMatMul"),
-        ("", "MatMulInteger"),
-        ("", "ConvInteger"),
-        ("", "DynamicQuantizeLinear"),
-        (_MS, "QLinearAdd"),
-        (_MS, "QLinearMul"),
-        (_MS, "QLinearGlobalAveragePool"),
-    }
-)
 
 
 class _Names:
@@ -189,6 +176,8 @@ _REWRITES = {
     (_MS, "QLinearMul"): _qlinear_binary,
     (_MS, "QLinearGlobalAveragePool"): _qlinear_pool,
 }
+#: (domain, op type) of every operator rewritten here.
+QUANTIZED_OPS = frozenset(_REWRITES)
 
 
 def decompose_quantized(proto: onnx.ModelProto) -> None:

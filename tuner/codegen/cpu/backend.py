@@ -212,6 +212,11 @@ def _vectorizer(func: LoweredFunc, options: BuildOptions) -> str:
     return "both" if short else "loop"
 
 
+#: The trips ``_VectorLoops`` counts for a loop whose extent is symbolic (a guess: more
+#: than a register tile's, fewer than a long row's).
+_SYMBOLIC_TRIPS = 16
+
+
 class _VectorLoops(StmtVisitor):
     """Every ``vectorize`` loop with its work: lanes x lane cost x the trips around it.
 
@@ -226,7 +231,7 @@ class _VectorLoops(StmtVisitor):
         self.trips = 1.0
 
     def visit_For(self, s: For) -> None:
-        n = int(s.extent.value) if isinstance(s.extent, Const) else 16
+        n = int(s.extent.value) if isinstance(s.extent, Const) else _SYMBOLIC_TRIPS
         if s.kind == "vectorize":
             self.found.append((self.trips * n * max(lane_cost(s.body, s.var), 1), s))
         outer, self.trips = self.trips, self.trips * n

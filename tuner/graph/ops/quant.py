@@ -35,8 +35,8 @@ from .elementwise import input_array, te_shape
 
 __all__: list[str] = []
 
-#: The integer types a quantized value may have, with their ranges.
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+#: The integer types a quantized value may have.
+_INTEGERS = ("int8", "uint8", "int32")
 
 
 def _axis(node: Node, rank: int, scale_size: int) -> int | None:
@@ -52,9 +52,11 @@ def _axis(node: Node, rank: int, scale_size: int) -> int | None:
 
 
 def _check_int(node: Node, dtype: str, what: str) -> tuple[int, int]:
-    if dtype not in _RANGES:
+    """``dtype``'s range; GraphError unless it is one of ``_INTEGERS``."""
+    if dtype not in _INTEGERS:
         raise GraphError(f"{node.describe()} has a {what} of type {dtype}; int8, uint8 or int32")
-    return _RANGES[dtype]
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def _per_axis(v: np.ndarray, axis: int | None, rank: int) -> np.ndarray:
