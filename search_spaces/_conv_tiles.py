@@ -195,26 +195,32 @@ _SMALL_PLANE = 64
 
 
 def _pad_at(p: Conv2d, depthwise: bool) -> str:
-    """Where a channels-last convolution pads its input: a depthwise one, per row block.
+    """Where a channels-last convolution pads its input: per row block, or inline on small
+    depthwise planes.
 
-    A depthwise convolution does one multiply-add per loaded input, so a padded
-    copy of the whole image (``root``: written, then read again from memory) costs
-    as much as the convolution; the rows a block of output rows reads, padded
-    just before their use while they are in cache (``rows``), cost little. On
-    the AMD Zen 5 (2 cores, 2026-12-05, MNASNet's and MobileNetV2's depthwise
-    layers, bias and relu fused): rows against root and inline, ms, 48 x 112 x 112
-    stride 2 0.046 / 0.057 / 0.064, 240 x 28 x 28 5 x 5 stride 2 0.038 / 0.040 /
-    0.063, 480 x 14 x 14 5 x 5 0.047 / 0.047 / 0.110. On planes of a few pixels
-    (7 x 7 outputs) most taps fall in the padding and any copy costs more than the
-    window's conditional loads: inline 0.023 and 0.027 ms against rows 0.031 and
-    0.043 (576 x 14 x 14 5 x 5 stride 2; 1152 x 7 x 7 5 x 5). Dense convolutions,
-    whose multiply-adds outnumber the copy by the input channels, pad once (``root``).
+    A padded copy of the whole image (``root``) is written, then read again from
+    memory after it has left the cache; the rows a block of output rows reads,
+    padded just before their use (``rows``), are read while they are in cache.
+    For a depthwise convolution, one multiply-add per loaded input, the whole
+    copy costs as much as the convolution (AMD Zen 5, 2 cores, 2026-12-05,
+    MNASNet's and MobileNetV2's depthwise layers, bias and relu fused): rows
+    against root and inline, ms, 48 x 112 x 112 stride 2 0.046 / 0.057 / 0.064,
+    240 x 28 x 28 5 x 5 stride 2 0.038 / 0.040 / 0.063, 480 x 14 x 14 5 x 5
+    0.047 / 0.047 / 0.110. A dense convolution's multiply-adds outnumber the
+    copy by its output channels, yet the copy's trip through memory still shows
+    (same machine, rows against root, ms): ResNet's 3 x 3 at 64 x 56 x 56
+    0.457 / 0.492, 256 x 14 x 14 0.457 / 0.485, 64 -> 128 stride 2 0.257 / 0.327,
+    MobileNet's stem 0.062 / 0.071, RegNet's grouped 104 x 56 x 56 stride 2 0.073 /
+    0.087; even at 7 x 7 (0.574 / 0.566) and 5 x 5 windows (0.376 / 0.370).
+    On planes of a few pixels (7 x 7 outputs) most of a depthwise window's taps fall in
+    the padding and any copy costs more than its conditional loads: inline 0.023
+    and 0.027 ms against rows 0.031 and 0.043 (576 x 14 x 14 5 x 5 stride 2; 1152 x
+    7 x 7 5 x 5); a dense convolution's conditional load is in its innermost loop
+    (inline: 0.98 ms against 0.46 at 64 x 56 x 56), so it always copies.
     """
     if not p.pad:
         return "none"
-    if not depthwise:
-        return "root"
-    return "inline" if p.OH * p.OW <= _SMALL_PLANE else "rows"
+    return "inline" if depthwise and p.OH * p.OW <= _SMALL_PLANE else "rows"
 
 
 def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:

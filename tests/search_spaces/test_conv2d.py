@@ -270,7 +270,7 @@ def test_padding_per_row_block_and_the_tile_epilogue_match_numpy(shape: str, epi
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(cfg))
 
 
-def test_a_depthwise_default_pads_per_row_block_but_inline_on_a_tiny_plane() -> None:
+def test_a_default_pads_per_row_block_but_a_depthwise_one_inline_on_a_tiny_plane() -> None:
     op = get_operator("conv2d")
 
     def pad_at(raw: str) -> str:
@@ -281,7 +281,8 @@ def test_a_depthwise_default_pads_per_row_block_but_inline_on_a_tiny_plane() -> 
 
     assert pad_at("C=48,H=112,W=112,K=48,R=3,S=3,pad=1,stride=2,groups=48") == "rows"
     assert pad_at("C=96,H=14,W=14,K=96,R=5,S=5,pad=2,stride=2,groups=96") == "inline"
-    assert pad_at("C=64,H=56,W=56,K=64,R=3,S=3,pad=1") == "root"  # dense: one copy
+    assert pad_at("C=64,H=56,W=56,K=64,R=3,S=3,pad=1") == "rows"  # dense: rows in cache
+    assert pad_at("C=512,H=7,W=7,K=512,R=3,S=3,pad=1") == "rows"  # dense: never inline
 
 
 def test_a_parallel_default_shares_its_blocks_evenly_over_the_threads() -> None:
