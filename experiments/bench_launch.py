@@ -8,7 +8,10 @@ calibrated so that one chunk's work takes about ``--work-us`` microseconds,
 and it runs over ``threads`` chunks three ways:
 - **serial**: every chunk on the calling thread, the floor;
 - **launch**: ``tuner.codegen.cpu.launch.launch``, the chunks on Numba's
-  threading layer (what kernels use where OpenMP or TBB loads);
+  threading layer (what kernels use where OpenMP or TBB loads): a GNU OpenMP
+  team started by the launcher itself where that is Numba's layer;
+- **prange**: the same chunks through Numba's ``prange`` (the launcher
+  elsewhere);
 - **pool**: ``tuner.codegen.cpu.threads.parallel_for``, the Python thread pool
   (the fallback).
 
@@ -66,29 +69,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
 
-    from tuner.codegen.cpu.launch import chunk_address, launch
+    from tuner.codegen.cpu.launch import _launch_prange, chunk_address, gomp_loaded, launch
     from tuner.codegen.cpu.threads import native_layer, parallel_for
     from tuner.measure.interleave import interleaved, medians
 
     threads = min(args.threads, int(numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     numba.set_num_threads(threads)
     address = chunk_address(body)
-    print(f"{threads} threads; Numba's layer thread-safe here: {native_layer()}")
     print(
-        "| work per chunk us | serial us | launch us | pool us | serial / launch | serial / pool |"
+        f"{threads} threads; Numba's layer thread-safe here: {native_layer()}; "
+        f"launch starts OpenMP teams itself: {gomp_loaded}"
     )
-    print("|---|---|---|---|---|---|")
+    print(
+        "| work per chunk us | serial us | launch us | prange us | pool us "
+        "| serial / launch | serial / prange | serial / pool |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for us in (float(w) for w in args.work_us.split(",")):
         a, reps = np.zeros(threads), np.array([calibrate(us)])
         fns = {
             "serial": lambda a=a, reps=reps: body(0, threads, a, reps),
-            "launch": lambda a=a, reps=reps: launch(address, threads, threads, a, reps),
+            "launch": lambda a=a, reps=reps: launch(address, threads, a, reps),
+            "prange": lambda a=a, reps=reps: _launch_prange(address, threads, a, reps),
             "pool": lambda a=a, reps=reps: parallel_for(body, threads, a, reps),
         }
         t = {k: v * 1e6 for k, v in medians(interleaved(fns, rounds=args.rounds)).items()}
         print(
-            f"| {us:g} | {t['serial']:.1f} | {t['launch']:.1f} | {t['pool']:.1f} "
-            f"| {t['serial'] / t['launch']:.2f} | {t['serial'] / t['pool']:.2f} |"
+            f"| {us:g} | {t['serial']:.1f} | {t['launch']:.1f} | {t['prange']:.1f} "
+            f"| {t['pool']:.1f} | {t['serial'] / t['launch']:.2f} "
+            f"| {t['serial'] / t['prange']:.2f} | {t['serial'] / t['pool']:.2f} |"
         )
     return 0
 

@@ -33,7 +33,7 @@ def chunked(source: str) -> bool:
 def launches(source: str, call: str) -> bool:
     """Whether a kernel's entry runs ``call`` (``kernel_p0, 10, A, B``) as chunks on threads."""
     name, extent, args = call.split(", ", 2)
-    native = f"launch({name}_a, {extent}, numba.get_num_threads(), {args})"
+    native = f"launch({name}_a, {extent}, {args})"
     return chunked(source) and (native in source or f"parallel_for({call})" in source)
 
 

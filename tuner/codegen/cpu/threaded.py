@@ -178,7 +178,7 @@ def render_threaded(
         if extent is None:
             call = f"{name}({params[k]})"
         elif native:
-            call = f"launch({name}_a, {extent}, numba.get_num_threads(), {params[k]})"
+            call = f"launch({name}_a, {extent}, {params[k]})"
         else:
             call = f"parallel_for({name}, {extent}, {params[k]})"
         calls.append("    " * depth + call)
