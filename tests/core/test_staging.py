@@ -28,15 +28,18 @@ def _epilogue(m: int, n: int, lanes: int):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("m", "n", "lanes", "staged"),
-    [(5, 16, 8, True), (4, 64, 64, True), (3, 13, 8, False), (1, 7, 16, True)],
+    [(5, 16, 8, True), (4, 64, 64, True), (3, 13, 8, True), (1, 7, 16, True)],
 )
 def test_staged_epilogue_matches_numpy(m: int, n: int, lanes: int, staged: bool) -> None:
-    """A split that leaves a ragged last piece runs to ``min(lanes, ...)``: not staged; where
-    the loop around the piece runs once (7 columns in pieces of 16), its body is rendered at
-    0 and the piece is the constant 7: staged."""
+    """A split that leaves a ragged last piece runs to ``min(lanes, ...)``: its full pieces
+    take a branch of ``lanes`` trips, staged, and the ragged one the rest; where the loop
+    around the piece runs once (7 columns in pieces of 16), its body is rendered at 0 and
+    the piece is the constant 7: staged."""
     s, args = _epilogue(m, n, lanes)
     kern = tuner.build(s, args, options=SLP)
     assert ("Y_j_i_v = carray(stack_empty(" in kern.source) == staged
+    if n % lanes and n > lanes:
+        assert f" >= {lanes}:" in kern.source  # the full pieces' branch
     x = RNG.standard_normal((m, n)).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
     y = np.full((m, n), np.nan, np.float32)
