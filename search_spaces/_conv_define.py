@@ -92,11 +92,11 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
         out[e.name] = e
     if p.nhwc:
         out["Y"] = te.compute(
-            conv.shape_ints, lambda n, oh, ow, k: _epilogue(p, out, (n, oh, ow, k), k), name="Y"
+            conv.shape, lambda n, oh, ow, k: _epilogue(p, out, (n, oh, ow, k), k), name="Y"
         )
     else:
         out["Y"] = te.compute(
-            conv.shape_ints, lambda n, k, oh, ow: _epilogue(p, out, (n, k, oh, ow), k), name="Y"
+            conv.shape, lambda n, k, oh, ow: _epilogue(p, out, (n, k, oh, ow), k), name="Y"
         )
     return out
 

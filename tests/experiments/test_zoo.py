@@ -101,12 +101,15 @@ def test_symbolic_sequence_exports_serve_every_length(name: str, mode: str, cach
 
 
 @pytest.mark.slow
-def test_a_vision_transformer_with_a_symbolic_batch_serves_every_batch_in_buckets(
-    cache: Path,
+@pytest.mark.parametrize("mode", ["bucket", "generic"])
+def test_a_vision_transformer_with_a_symbolic_batch_serves_every_batch(
+    mode: str, cache: Path
 ) -> None:
     """transformers' ViT concatenates its class token, expanded to the batch, before the
     patches: a Concat whose every input is padded along the batch, which the probe passes
-    (bounded by 4, the batch is probed at 1 padded to 4)."""
+    (bounded by 4, the batch is probed at 1 padded to 4); in ``generic`` the concatenation
+    and the patches' convolution (its bias an epilogue) take a symbolic batch, every batch
+    served by the kernels built once."""
     import warnings
 
     import numpy as np
@@ -117,9 +120,14 @@ def test_a_vision_transformer_with_a_symbolic_batch_serves_every_batch_in_bucket
     path = zoo.export(entry, True, cache)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # untuned kernels
-        module = tuner.compile_model(path, dynamic="bucket", bounds={"batch": 4})
+        module = tuner.compile_model(path, dynamic=mode, bounds={"batch": 4})
         for batch in (1, 3, 4):
             feeds = zoo.feeds_for(path, entry, True, batch, 1)
             (got,) = module.run(feeds)
             (want,) = zoo._onnxruntime(path, feeds, threads=2)
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    if mode == "generic":
+        assert module.generic is not None
+        built = {id(f.kernel) for f in module.generic.families.values()}
+        for plan in module.plans[1:]:
+            assert {id(k) for k in plan.kernels} <= built

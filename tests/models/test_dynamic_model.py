@@ -200,6 +200,37 @@ def test_bucket_pads_a_batch_of_images_through_a_convolution() -> None:
         np.testing.assert_allclose(got, _reference(model, {"x": x})[0], rtol=RTOL, atol=ATOL)
 
 
+def test_generic_serves_a_batch_of_images_through_a_convolution_with_an_epilogue() -> None:
+    """The convolution's bias and relu are a stage over the symbolic batch (ViT's patches)."""
+    model = _conv_over_a_symbolic_image()
+    b = helper.make_tensor("b", TensorProto.FLOAT, (4,), np.arange(4, dtype=np.float32) - 1.5)
+    model.graph.initializer.append(b)
+    conv = model.graph.node[0]
+    conv.input.append("b")
+    conv.output[0] = "z"
+    model.graph.node.append(helper.make_node("Relu", ["z"], ["y"]))
+    for dim in (*model.graph.input, *model.graph.output):
+        shape = dim.type.tensor_type.shape.dim
+        shape[0].dim_param, shape[2].dim_value, shape[3].dim_value = "N", 9, 9
+    module = compile_model(model, dynamic="generic", bounds={"N": 4})
+    for n in (1, 3, 4):
+        x = np.random.default_rng(n).standard_normal((n, 3, 9, 9)).astype(np.float32)
+        np.testing.assert_allclose(
+            module.run({"x": x})[0], _reference(model, {"x": x})[0], rtol=RTOL, atol=ATOL
+        )
+    assert module.generic is not None
+    built = {id(f.kernel) for f in module.generic.families.values()}
+    assert all({id(k) for k in plan.kernels} <= built for plan in module.plans)
+
+
+def test_generic_refuses_a_concatenation_along_a_symbolic_axis() -> None:
+    model = _two_inputs()
+    model.graph.node[0].CopyFrom(helper.make_node("Concat", ["a", "b"], ["y"], axis=0))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "m"
+    with pytest.raises(GraphError, match=r"Concat node .* concatenates along a symbolic axis"):
+        compile_model(model, dynamic="generic", bounds={"n": 8})
+
+
 def _two_inputs() -> onnx.ModelProto:
     graph = helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["y"])],

@@ -143,7 +143,10 @@ def concat_axis(node: Node, rank: int) -> int:
 def _lower_concat(ctx: LowerContext) -> list[Tensor]:
     xs = [t for t in ctx.inputs if t is not None]
     axis = concat_axis(ctx.node, len(_out_shape(ctx)))
-    starts = np.cumsum([0] + [t.shape_ints[axis] for t in xs]).tolist()
+    sizes = [t.extents[axis] for t in xs]  # other axes may be symbolic (a batch)
+    if not all(isinstance(n, int) for n in sizes):
+        raise GraphError(f"{ctx.node.describe()} concatenates along a symbolic axis")
+    starts = np.cumsum([0, *sizes]).tolist()
 
     def at(i: Index) -> Expr:
         def part(k: int) -> Expr:
