@@ -72,10 +72,17 @@ __all__ = [
     "schedule",
 ]
 
-#: Traffic from which a group's default runs on every thread. Two threads, Zen 4, an add
-#: and a relu channels-last: 1.7 MiB 31.8 us serial, 27.0 parallel; 3.5 MiB 61.3 against
-#: 48.5; 4.6 MiB 67.3 against 46.3; 0.9 MiB 23.8 against 26.0 (the launch costs more).
-PARALLEL_FROM_BYTES = 2 << 20
+#: Traffic from which a group's default runs on every thread. Timed alone, such groups
+#: scale poorly: two threads, Zen 4, an add and a relu channels-last: 1.7 MiB 31.8 us
+#: serial, 27.0 parallel; 0.9 MiB 23.8 against 26.0 (the launch costs more). In a model
+#: the input was written by a parallel kernel and lies half in each core's cache, which a
+#: serial group reads across; split like its producer, each thread mostly reads its own
+#: half. A 3 x 3 max pool of GoogLeNet's, 14 x 14 x 528, ran 13.7 us alone and 68 us in
+#: the model. At 128 KiB rather than 2 MiB (Zen 5, 2 threads, whole models, same process):
+#: GoogLeNet 7.45 -> 7.18 ms, ShuffleNetV2 2.63 -> 2.50, DenseNet-121 16.3 -> 15.3,
+#: RegNetY 4.06 -> 3.78, SqueezeNet 2.15 -> 2.09, Inception v3 28.6 -> 28.1; ResNet-50,
+#: EfficientNet-B0, MobileNetV3, BERT, GPT-2 and ConvNeXt within 1 %.
+PARALLEL_FROM_BYTES = 128 << 10
 
 _TASKS = (256, 1024, 4096, 16384, 65536, 262144)
 _VECTORS = (1, 2, 4)
@@ -180,7 +187,7 @@ def _width(p: _Plan, c: Mapping[str, Any], lanes: int) -> int:
 
 
 def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
-    """Parallel from 2 MiB of traffic on (``PARALLEL_FROM_BYTES``), 64K-element tasks,
+    """Parallel from 128 KiB of traffic on (``PARALLEL_FROM_BYTES``), 64K-element tasks,
     short rows flat, reductions at the row where that computes each element once,
     the widest vector the row fills."""
     tgt = resolve(target)
@@ -200,7 +207,9 @@ def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
     parallel = tgt.threads != 1 and p.bytes >= PARALLEL_FROM_BYTES
     tasks = [t for t in _TASKS if t <= max(work, _TASKS[0]) and t <= 65536]
     return {
-        "task": _balanced(p, flat, tasks, tgt.threads) if parallel else max(tasks),
+        "task": _balanced(p, flat, tasks, tgt.threads or int(tgt.get("cores", 1)))
+        if parallel
+        else max(tasks),
         "parallel": parallel,
         "flat": flat,
         "reductions": "row" if at_row else "root",
