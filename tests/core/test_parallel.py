@@ -260,3 +260,28 @@ def test_the_launch_follows_the_threading_layer(monkeypatch: pytest.MonkeyPatch)
         threads.native_layer.cache_clear()
     with pytest.raises(ValueError, match="launch must be"):
         tuner.build(s, [A, B, C], options=BuildOptions(launch="openmp"))
+
+
+@numba.njit(numba.void(numba.int64, numba.int64, numba.int64[::1]), nogil=True)
+def _count_chunk(lo: int, hi: int, seen: np.ndarray) -> None:  # pragma: no cover - jitted
+    for i in range(lo, hi):
+        seen[i] += 1
+
+
+@pytest.mark.usefixtures("two_threads")
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 37])
+def test_each_launcher_runs_every_iteration_once(n: int) -> None:
+    """The OpenMP team started by the launcher itself (where Numba's layer is GNU OpenMP,
+    as on Linux with its wheels) and the ``prange`` launcher: every iteration of ``[0, n)``
+    exactly once, whatever the split."""
+    from tuner.codegen.cpu import launch as L
+
+    if numba.threading_layer() == "omp" and L._gomp_library() is not None:
+        assert L.gomp_loaded and L.launch is L._launch_gomp
+    address = L.chunk_address(_count_chunk)
+    launchers = [L._launch_prange, *([L._launch_gomp] if L.gomp_loaded else [])]
+    for launcher in launchers:
+        seen = np.zeros(max(n, 1), np.int64)
+        for _ in range(3):
+            launcher(address, n, seen)
+        assert (seen[:n] == 3).all() and (seen[n:] == 0).all(), launcher
