@@ -301,3 +301,17 @@ def test_a_parallel_default_shares_its_blocks_evenly_over_the_threads() -> None:
     assert outer("C=1152,H=7,W=7,K=320,R=1,S=1,block=64", two) == "both"
     assert outer("C=512,H=7,W=7,K=2048,R=1,S=1,block=64", two) == "channels"
     assert outer("C=1152,H=7,W=7,K=320,R=1,S=1,block=64", AVX512) != "both"
+
+
+def test_a_channels_last_default_keeps_its_live_vectors_in_the_registers() -> None:
+    """Accumulators, a step's weight vectors and the broadcast input fit the 32 registers:
+    at 7 x 7, four vectors of channels by 7 pixels (28 + 4 + 1) spilled; two by 7 do not."""
+    op = get_operator("conv2d")
+    for raw in ("C=512,H=7,W=7,K=512,R=3,S=3,pad=1", "C=512,H=7,W=7,K=2048,R=1,S=1"):
+        args = op.parse_args(
+            {**dict(kv.split("=") for kv in raw.split(",")), "N": "1", "layout": "NHWC"}
+        )
+        cfg = op.default_config(args, AVX512)
+        v = -(-cfg["kr"] // 16)
+        assert v * cfg["owr"] * cfg["ohr"] + v + 1 <= 32, cfg
+        assert (cfg["kr"], cfg["owr"], cfg["ohr"]) == (32, 7, 1)
