@@ -207,9 +207,7 @@ def default_config(text: str, target: Target | None = None) -> dict[str, Any]:
     parallel = tgt.threads != 1 and p.bytes >= PARALLEL_FROM_BYTES
     tasks = [t for t in _TASKS if t <= max(work, _TASKS[0]) and t <= 65536]
     return {
-        "task": _balanced(p, flat, tasks, tgt.threads or int(tgt.get("cores", 1)))
-        if parallel
-        else max(tasks),
+        "task": _balanced(p, flat, tasks, tgt.threads or tgt.cores) if parallel else max(tasks),
         "parallel": parallel,
         "flat": flat,
         "reductions": "row" if at_row else "root",

@@ -96,16 +96,14 @@ def _start_layer() -> str | None:
 
 def _load_gomp(layer: str | None) -> bool:
     """Whether Numba's layer is GNU OpenMP; if so, its entry points are made known to LLVM."""
+    path = _gomp_library() if layer == "omp" else None
+    if path is None:
+        return False
     try:
-        if layer != "omp":
-            return False
-        path = _gomp_library()
-        if path is None:
-            return False
         lib = ctypes.CDLL(path)
         for name in _GOMP_SYMBOLS:
             llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-    except (ImportError, OSError, AttributeError, ValueError):
+    except (OSError, AttributeError):
         return False
     return True
 
