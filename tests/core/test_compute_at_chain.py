@@ -140,8 +140,8 @@ def test_the_chain_is_computed_per_row_with_each_reduction_initialised_there() -
     ):
         assert buf in text
     row = text.index("for i_i in range(")
-    assert row < text.index("mx[i] = -inf") < text.index("for k in range(13)")
-    assert row < text.index("s[i] = 0.0") < text.index("for r in range(13)")
+    assert row < text.index("mx[0] = -inf") < text.index("for k in range(13)")
+    assert row < text.index("s[0] = 0.0") < text.index("for r in range(13)")
 
 
 def test_a_block_of_rows_is_computed_once_per_block() -> None:

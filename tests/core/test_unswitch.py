@@ -85,6 +85,42 @@ def test_a_padded_channels_last_max_pool_tests_bounds_outside_the_channel_loop(
     assert re.findall(r"\bvmaxps\b", asm)
 
 
+def test_a_window_accumulator_is_folded_with_vmaxps_and_read_back_at_a_constant_index() -> None:
+    """A parallel channels-last max pool of one image (192 channels, 28 x 28): each window
+    step folds into its pixel's accumulator through ``maxnum``, which the x86 back end does
+    not turn into a masked store, and the accumulator is read back without a division (its
+    batch axis of one element at 0), so that LLVM keeps it in registers."""
+    kern = tuner.build_op("fused", target=TARGET, graph=_max_pool(192, 28, 1, 1)).kernel
+    assert "maxnum(" in kern.source
+    assert not re.search(r"t0_b\[[^\]]*//", kern.source)
+    x = RNG.standard_normal((1, 28, 28, 192)).astype(np.float32)
+    y = np.full((1, 28, 28, 192), np.nan, np.float32)
+    kern(x, y)
+    np.testing.assert_array_equal(y, _window_max(x, 1, 1))
+    if "avx512f" not in cpu_flags():
+        return
+    asm = machine_code(kern)
+    assert re.findall(r"\bvmaxps\b", asm)
+    assert not re.search(r"vmovups\s+%zmm\d+, [^\n]*\{%k", asm)  # no masked store
+
+
+def test_stack_buffers_are_aligned_to_a_cache_line() -> None:
+    """No vector access to a stack buffer's aligned elements splits a cache line."""
+    from numba import njit
+
+    from tuner.codegen.cpu.runtime import carray, stack_empty
+
+    @njit
+    def address() -> int:  # type: ignore[no-untyped-def]
+        small = carray(stack_empty(3, np.float32), (3,))
+        big = carray(stack_empty(192, np.float32), (192,))
+        small[0] = 1.0
+        big[0] = 1.0
+        return (small.ctypes.data % 64) + (big.ctypes.data % 64)
+
+    assert address() == 0
+
+
 def test_the_identity_branch_of_a_window_update_is_dropped() -> None:
     inside = compare("ge", Var("h", "int64"), Const(1))
     acc = Load("R", (Var("c", "int64"),), "float32")

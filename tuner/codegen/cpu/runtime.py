@@ -29,6 +29,8 @@ __all__ = [
     "exp32_bits",
     "exp32_scalef",
     "load_acquire",
+    "maxnum",
+    "minnum",
     "sigmoid32",
     "stack_empty",
     "tanh32",
@@ -55,6 +57,11 @@ class NoAliasCompiler(compiler.Compiler):
         super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
 
 
+#: Alignment of stack buffers: a cache line, so that no vector load or store of a
+#: buffer's aligned elements splits one.
+_STACK_ALIGN = 64
+
+
 @intrinsic(prefer_literal=True)
 def stack_empty(typingctx, size, dtype):  # type: ignore[no-untyped-def]
     """A pointer to ``size`` elements on the stack (``alloca`` in the entry block)."""
@@ -63,7 +70,9 @@ def stack_empty(typingctx, size, dtype):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         ty = context.get_value_type(dtype.dtype)
-        return cgutils.alloca_once(builder, ty, size=size.literal_value)
+        ptr = cgutils.alloca_once(builder, ty, size=size.literal_value)
+        ptr.align = _STACK_ALIGN
+        return ptr
 
     return types.CPointer(dtype.dtype)(size, dtype), codegen
 
@@ -87,6 +96,43 @@ def load_acquire(typingctx, array, index):  # type: ignore[no-untyped-def]
         return builder.load_atomic(ptr, "acquire", 8)
 
     return types.int64(array, index), codegen
+
+
+def _fold(name: str):  # type: ignore[no-untyped-def]
+    """``llvm.<name>`` of two floats of one type, marked ``nnan`` and ``nsz``: one ``vmaxps``
+    (``vminps``) whatever the code around it.
+
+    Numba's ``max(a, b)`` is a compare and a select. Where the kernel folds an
+    input into a stored accumulator, ``acc[i] = max(acc[i], x)``, LLVM's x86
+    back end turns the select of the old value into a masked store (AVX-512);
+    the next window step then reads that element back before the masked store
+    has left the store buffer, which cannot forward it. A channels-last max
+    pool's window over 192 channels ran 3 times slower than the same loop with
+    ``vmaxps`` (GoogLeNet's 3 x 3 at 28 x 28: 66 against 23 us on one thread,
+    Zen 5). Which of two operands a NaN gives is unspecified, as in
+    onnxruntime's and PyTorch's vectorized pools.
+    """
+
+    def typer(typingctx, a, b):  # type: ignore[no-untyped-def]
+        if not isinstance(a, types.Float) or a != b:
+            return None
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            ty = args[0].type
+            suffix = "f32" if ty == ir.FloatType() else "f64"
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ty, [ty, ty]), f"llvm.{name}.{suffix}"
+            )
+            return builder.call(fn, args, fastmath=("nnan", "nsz"))
+
+        return a(a, b), codegen
+
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+maxnum = _fold("maxnum")
+minnum = _fold("minnum")
 
 
 def _dot_u8s8(lanes: int):  # type: ignore[no-untyped-def]

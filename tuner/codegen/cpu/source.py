@@ -20,6 +20,7 @@ from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
 from ...schedule.state import ScheduleError
+from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
 from .hoist import divisions
@@ -110,6 +111,24 @@ class NumbaRenderer(NumbaSourceRenderer):
         if e.dtype == "float32":
             return f"np.float32(math.{e.name}({args}))"
         return f"math.{e.name}({args})"
+
+    def visit_Store(self, s: Store) -> None:
+        """A float min or max folded into the element it reads, ``acc[i] = max(acc[i], x)``,
+        through ``runtime.maxnum`` / ``minnum``: no select that LLVM turns into a masked
+        store (see ``runtime._fold``)."""
+        v = s.value
+        if (
+            isinstance(v, Binary)
+            and v.op in ("min", "max")
+            and v.a.dtype == v.b.dtype == self.buffers[s.buffer].dtype
+            and is_float(v.dtype)
+            and any(_same_element(x, s) for x in (v.a, v.b))
+        ):
+            target = f"{s.buffer}[{self.index(s.buffer, s.indices)}]"
+            a, b = (f"np.{v.dtype}({self.expr(x)})" for x in (v.a, v.b))  # a constant is a float64
+            self.emit(f"{target} = {v.op}num({a}, {b})")
+            return
+        super().visit_Store(s)
 
     def index(self, name: str, idx: tuple[Expr, ...]) -> str:
         return f"np.uint64({self.expr(simplify(self._offset(name, idx)))})"
@@ -391,6 +410,10 @@ class NumbaRenderer(NumbaSourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         """Nothing to wait for: a CPU kernel runs no block of threads."""
+
+
+def _same_element(e: Expr, s: Store) -> bool:
+    return isinstance(e, Load) and e.buffer == s.buffer and e.indices == s.indices
 
 
 def _on_stack(b: Buffer) -> bool:
