@@ -69,6 +69,11 @@ class Task:
         parsed = get_operator(op).parse_args(args)
         return cls(Workload.make(op, **parsed), target)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The workload and the target: the operator, arguments and space a task caches are
+        made again where it is unpickled (the operator holds functions pickle cannot send)."""
+        return {"workload": self.workload, "target": self.target}
+
     @property
     def key(self) -> str:
         return f"{self.workload.key}@{self.target.kind}/threads={self.target.threads}"

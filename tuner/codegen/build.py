@@ -17,8 +17,12 @@ def build(
     target: str | Target = "cpu",
     name: str = "kernel",
     options: BuildOptions | None = None,
+    out_pitch: int = 0,
 ) -> Kernel:
     """Compile ``sched`` into a kernel taking ``args`` (inputs then outputs).
+
+    ``out_pitch``: the output's rows lie that many elements apart
+    (``LoweredFunc.with_output_pitch``); 0 is its own last extent.
 
     Lowering checks the schedule against the target's capabilities; the
     target's backend (``tuner.codegen.get_backend``) compiles the loop nest.
@@ -29,4 +33,7 @@ def build(
     """
     tgt = Target.from_name(target) if isinstance(target, str) else target
     backend = get_backend(tgt)
-    return backend.compile(lower(sched, args, name, target=tgt), tgt, options or BuildOptions())
+    func = lower(sched, args, name, target=tgt)
+    if out_pitch:
+        func = func.with_output_pitch(out_pitch)
+    return backend.compile(func, tgt, options or BuildOptions())

@@ -21,7 +21,7 @@ from records import Record
 from ..codegen import Kernel, build
 from ..codegen.backend import check_output
 from ..codegen.index import indexed
-from ..lower.lower import lower
+from ..lower.lower import LoweredFunc, lower
 from ..schedule import Schedule
 from ..task import Task
 from ..te import Tensor
@@ -70,32 +70,38 @@ class OpKernel:
         return out
 
 
-def build_task(task: Task, records: BestRecords | None = None) -> OpKernel:
+def build_task(task: Task, records: BestRecords | None = None, out_pitch: int = 0) -> OpKernel:
     """Build ``task`` with the record :func:`tuner.kernels.resolve.resolve` chooses in ``records``
     (or those in scope), else its default; the choice's warnings point at ``build_op``'s caller.
 
     What ``tuner.kernels.op.build_op`` does once the task is made; a model's kernels are built
-    here, one per task.
+    here, one per task. ``out_pitch``: the output's rows lie that many elements apart (a slice
+    of a concatenation written in place, ``tuner.model.inplace``).
     """
     choice = resolve(task, records)
     choice.warn(stacklevel=3)
     sched, tensors = choice.replayed or task.schedule(choice.config)
-    kernel = _build(task, sched, tensors)
+    kernel = _build(task, sched, tensors, out_pitch)
     return OpKernel(
         task.workload, kernel, choice.config, choice.record, choice.replayed is not None
     )
 
 
-def _build(task: Task, sched: Schedule, tensors: list[Tensor]) -> Kernel:
+def _build(task: Task, sched: Schedule, tensors: list[Tensor], out_pitch: int = 0) -> Kernel:
     """The schedule's kernel, from the kernel index when this very schedule was built before.
 
     The schedule's identity is its task and its trace (the steps it is made
     of), so a config and a replayed trace that make the same schedule share it.
     """
-    identity = f"{task.key}\n{sched.dumps()}"
+    identity = f"{task.key}\n{sched.dumps()}" + (f"\npitch={out_pitch}" if out_pitch else "")
+
+    def relower() -> LoweredFunc:
+        func = lower(sched, tensors, "kernel", target=task.target)
+        return func.with_output_pitch(out_pitch) if out_pitch else func
+
     return indexed(
         identity,
-        lambda: build(sched, tensors, target=task.target),
+        lambda: build(sched, tensors, target=task.target, out_pitch=out_pitch),
         task.target,
-        relower=lambda: lower(sched, tensors, "kernel", target=task.target),
+        relower=relower,
     )

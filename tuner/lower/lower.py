@@ -32,6 +32,7 @@ it against a GPU target's limits.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..kinds import Scope
@@ -78,6 +79,18 @@ class LoweredFunc:
         from .printer import render
 
         return render(self)
+
+    def with_output_pitch(self, pitch: int) -> LoweredFunc:
+        """The same nest writing its output's rows ``pitch`` elements apart: its last
+        argument stored as the leading rows of ``[..., pitch]``, of which it writes the
+        first ``shape[-1]`` columns (a slice of a concatenation along the last axis, written
+        in place). The caller passes the array from the slice's first element."""
+        out = self.args[-1]
+        width = out.shape[-1] if out.shape else None
+        if not isinstance(width, int) or pitch < width:
+            raise ValueError(f"output {out.name} of {width} columns cannot take a pitch of {pitch}")
+        pitched = dataclasses.replace(out, shape=(*out.shape[:-1], pitch))
+        return dataclasses.replace(self, args=(*self.args[:-1], pitched))
 
 
 class _Lowerer:

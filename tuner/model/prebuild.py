@@ -46,8 +46,9 @@ def build_jobs() -> int:
     return len(cores) if cores else os.cpu_count() or 1
 
 
-def prebuild(tasks: Sequence[Any], records: Any, jobs: int | None = None) -> bool:
-    """Build ``tasks`` (with ``records``) into the kernel cache in ``jobs`` processes.
+def prebuild(tasks: Sequence[tuple[Any, int]], records: Any, jobs: int | None = None) -> bool:
+    """Build ``tasks``, each a task and its output pitch (``build_task``'s ``out_pitch``), with
+    ``records`` into the kernel cache in ``jobs`` processes.
 
     Returns whether workers ran (False when there are too few tasks or jobs).
     Worker ``k`` of ``n`` builds tasks ``k, k + n, ...``; all are waited for.
@@ -93,8 +94,9 @@ def _serve() -> None:
 
     tasks, records = pickle.loads(sys.stdin.buffer.read())
     warnings.simplefilter("ignore")  # the module itself warns, once
-    for task in tasks:
+    for item in tasks:
         try:
-            build_task(task, records)
+            task, pitch = item
+            build_task(task, records, out_pitch=pitch)
         except Exception:  # the module builds it again and raises there
             continue

@@ -26,6 +26,7 @@ from ..kernels import BestRecords, RecordChoiceWarning, UntunedWorkloadWarning, 
 from ..lower.extent import evaluate
 from ..target import Target
 from .bucket import MaskInput
+from .inplace import InPlace, in_place_concats
 from .lowered import Lowered
 from .plan import Interval, assign_offsets, lifetimes
 from .prebuild import prebuild
@@ -74,8 +75,17 @@ class Plan:
         )
         self.specs = list(lowered.specs)
         self.values: dict[str, Value] = dict(lowered.values)
+        #: Concatenations their producers write in place (``tuner.model.inplace``).
+        self.in_place: list[InPlace] = []
         if prebuilt is None:
-            self.kernels, self.untuned, self.notes = _build_all(self.specs, records)
+            self.in_place = in_place_concats(
+                self.specs, self.values, lowered.outputs, lowered.views, target
+            )
+            dropped = {p.concat for p in self.in_place}
+            self.specs = [s for k, s in enumerate(self.specs) if k not in dropped]
+            pitch = {v: p.pitch for p in self.in_place for v in p.parts}
+            pitches = [pitch.get(s.output, 0) for s in self.specs]
+            self.kernels, self.untuned, self.notes = _build_all(self.specs, records, pitches)
             self._extents: list[tuple[int, ...]] = [() for _ in self.specs]
         else:
             self.kernels = [k for k, _ in prebuilt]
@@ -107,6 +117,11 @@ class Plan:
         roots: dict[str, str] = {}
         for out, src in lw.views:
             roots[out] = roots.get(src, src)
+        offsets_in: dict[str, tuple[str, int]] = {}  # a slice written in place: root, offset
+        for place in self.in_place:
+            for part, at in place.parts.items():
+                roots[part] = place.value
+                offsets_in[part] = (place.value, at)
 
         def root_of(v: str) -> str:
             return roots.get(v, v)
@@ -152,12 +167,20 @@ class Plan:
         for name, v in self.values.items():
             if v.data is not None:  # interned: owned, writable, C-contiguous
                 slot(name, np.asarray(v.data).reshape(-1))
+        for part, (root, at) in offsets_in.items():  # from the slice's first element on
+            slots[part] = len(base)
+            base.append(base[slots[root]][at:])
+
+        def arg_slot(a: str) -> _Slot:
+            return slots[a] if a in offsets_in else slots[root_of(a)]
+
         self._steps: list[tuple[Any, tuple[_Slot, ...], tuple[int, ...]]] = []
         for spec, kernel, ext in zip(self.specs, self.kernels, self._extents, strict=True):
             args = (*spec.inputs, spec.output)
-            _check_args(spec, kernel, [self.values[a] for a in args], ext)
+            pitched = spec.output in offsets_in
+            _check_args(spec, kernel, [self.values[a] for a in args], ext, pitched)
             fn = kernel.kernel._fn  # type: ignore[attr-defined]
-            self._steps.append((fn, tuple(slots[root_of(a)] for a in args), ext))
+            self._steps.append((fn, tuple(arg_slot(a) for a in args), ext))
         self._base = base
         self._outputs = [(slots[root_of(o)], self.values[o]) for o in lw.outputs]
         #: Slots allocated per call: returned as they are; any other output is copied.
@@ -340,31 +363,32 @@ def build_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
 
 
 def _build_all(
-    specs: Sequence[KernelSpec], records: BestRecords | None
+    specs: Sequence[KernelSpec], records: BestRecords | None, pitches: Sequence[int]
 ) -> tuple[list[Any], list[str], list[str]]:
-    """One kernel per distinct task; the untuned task keys and the record notes, collected."""
-    built: dict[str, Any] = {}
+    """One kernel per distinct task and output pitch (``build_task``'s ``out_pitch``, 0 for
+    none); the untuned task keys and the record notes, collected."""
+    built: dict[tuple[str, int], Any] = {}
     untuned: list[str] = []
     notes: list[str] = []
-    distinct = list({s.task.key: s.task for s in specs}.values())
+    keys = [(s.task.key, p) for s, p in zip(specs, pitches, strict=True)]
+    distinct = list({k: (s.task, k[1]) for k, s in zip(keys, specs, strict=True)}.values())
     told = _ON_KERNEL.get()
     if told is not None:
         told(0, len(distinct))
-    for spec in specs:
-        key = spec.task.key
+    for spec, key in zip(specs, keys, strict=True):
         if key in built:
             continue
         if len(built) == 1 and _cold(next(iter(built.values()))):
             prebuild(distinct[1:], records)  # the rest into the kernel cache, one process per core
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            built[key] = build_task(spec.task, records)
+            built[key] = build_task(spec.task, records, out_pitch=key[1])
         if told is not None:
             told(len(built), len(distinct))
         if records is not None and built[key].record is None:
             untuned.append(spec.ops)
         notes.extend(str(w.message) for w in caught if issubclass(w.category, RecordChoiceWarning))
-    return [built[s.task.key] for s in specs], untuned, notes
+    return [built[k] for k in keys], untuned, notes
 
 
 def _cold(kernel: Any) -> bool:
@@ -373,10 +397,15 @@ def _cold(kernel: Any) -> bool:
 
 
 def _check_args(
-    spec: KernelSpec, kernel: Any, values: Sequence[Value], extents: tuple[int, ...] = ()
+    spec: KernelSpec,
+    kernel: Any,
+    values: Sequence[Value],
+    extents: tuple[int, ...] = (),
+    pitched: bool = False,
 ) -> None:
     """The kernel's buffers must take the values' element counts and dtypes (flat, row-major);
-    a shape-generic kernel's at ``extents`` (its symbols' values, in order)."""
+    a shape-generic kernel's at ``extents`` (its symbols' values, in order). A ``pitched``
+    output (a slice written in place) is checked by its rows instead."""
     bufs = kernel.kernel.args
     symbols = kernel.kernel.lowered.symbols if extents else ()
     at = {v.name: e for v, e in zip(symbols, extents, strict=True)}
@@ -385,7 +414,10 @@ def _check_args(
             f"kernel for {spec.ops} takes {len(bufs)} arrays, the model gives {len(values)}"
         )
     for buf, v in zip(bufs, values, strict=True):
-        size = int(np.prod([evaluate(d, at) for d in buf.shape]))
+        shape = [evaluate(d, at) for d in buf.shape]
+        if pitched and buf is bufs[-1]:
+            shape[-1] = int(v.shape[-1])
+        size = int(np.prod(shape))
         if size != v.size or buf.dtype != v.dtype:
             raise GraphError(
                 f"kernel for {spec.ops}: argument {buf.name} is {buf.dtype}[{size}], "
