@@ -174,20 +174,25 @@ def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:
 _EDGE_COST = 8
 
 
-def _efficiency(accumulators: int, depthwise: bool) -> float:
+def _efficiency(accumulators: int, depthwise: bool, registers: int) -> float:
     """Share of the FMA units' peak a register tile keeps busy: accumulators hide the FMA's
-    latency, 10 of them both units (matmul's 12 ran at 1.0 and 8 at 0.8); a depthwise tile
-    loads a vector for each FMA, so its loads bound it from 4 accumulators on."""
-    return min(1.0, accumulators / (4 if depthwise else 10))
+    latency and the broadcast loads between them, fully from half the vector registers, at
+    least 10 (matmul's 12 ran at 1.0 and 8 at 0.8 with 16 registers). With 32 (Zen 5,
+    Inception v3's 3 x 3 of 80 -> 192 channels over a 71 x 71 output, four vectors of
+    channels, ms): 8 accumulators 5.23, 12 3.40 to 3.51, 16 2.60 to 2.75, 24 2.54. A
+    depthwise tile loads a vector for each FMA, so its loads bound it from 4 on."""
+    return min(1.0, accumulators / (4 if depthwise else max(10, registers // 2)))
 
 
-def _tile_cost(p: Conv2d, kr: int, owr: int, ohr: int, lanes: int, depthwise: bool) -> float:
+def _tile_cost(
+    p: Conv2d, kr: int, owr: int, ohr: int, lanes: int, depthwise: bool, registers: int
+) -> float:
     """Rough time of covering the output with KR x OWR x OHR tiles (see ``_EDGE_COST``)."""
     cover = [(p.K, kr), (p.OW, owr), (p.OH, ohr)]
     full = math.prod(n // t for n, t in cover)
     count = math.prod(-(-n // t) for n, t in cover)
     work = (full + _EDGE_COST * (count - full)) * vectors(kr, lanes) * lanes * owr * ohr
-    return work / _efficiency(vectors(kr, lanes) * owr * ohr, depthwise)
+    return work / _efficiency(vectors(kr, lanes) * owr * ohr, depthwise, registers)
 
 
 #: Output planes of at most this many pixels read a depthwise window's padding inline.
@@ -221,6 +226,14 @@ def _pad_at(p: Conv2d, depthwise: bool) -> str:
     if not p.pad:
         return "none"
     return "inline" if depthwise and p.OH * p.OW <= _SMALL_PLANE else "rows"
+
+
+def _spare(registers: int) -> int:
+    """Vector registers a tile leaves free beside its live vectors (``_live_vectors``), a
+    tenth: with 32, tiles of 28 accumulators (30 and 31 live) ran 1.1 to 1.2 times slower
+    than tiles of 14 on GoogLeNet's 1 x 1 convolutions at 14 x 14 (Zen 5, 2 threads); with
+    16, one (12 accumulators of two vectors, 15 live)."""
+    return registers // 10
 
 
 def _live_vectors(kr: int, owr: int, ohr: int, lanes: int) -> int:
@@ -268,10 +281,15 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         for ohr in (1, 2, 3, 4)
         if ohr <= p.OH
         and vectors(kr, L) * owr * ohr <= budget
-        and _live_vectors(kr, owr, ohr, L) <= target.vector_registers
+        and _live_vectors(kr, owr, ohr, L)
+        <= target.vector_registers - _spare(target.vector_registers)
     ]
     kr, owr, ohr = min(
-        candidates, key=lambda t: (_tile_cost(p, t[0], t[1], t[2], L, depthwise), -t[0])
+        candidates,
+        key=lambda t: (
+            _tile_cost(p, t[0], t[1], t[2], L, depthwise, target.vector_registers),
+            -t[0],
+        ),
     )
     weight_bytes = 4 * p.K * p.Cg * p.R * p.S
     image_bytes = 4 * p.N * p.H * p.W * p.C

@@ -315,3 +315,20 @@ def test_a_channels_last_default_keeps_its_live_vectors_in_the_registers() -> No
         v = -(-cfg["kr"] // 16)
         assert v * cfg["owr"] * cfg["ohr"] + v + 1 <= 32, cfg
         assert (cfg["kr"], cfg["owr"], cfg["ohr"]) == (32, 7, 1)
+
+
+def test_a_channels_last_default_fills_half_the_registers_on_an_output_no_tile_divides() -> None:
+    """Over a 71 x 71 output (Inception v3's 80 -> 192 channels, 3 x 3) the tile holds at
+    least 16 accumulators of the 32 registers, three of which stay free; with 16 registers
+    the tile leaves one free."""
+    op = get_operator("conv2d")
+    raw = {"C": "80", "H": "73", "W": "73", "K": "192", "R": "3", "S": "3", "N": "1"}
+    args = op.parse_args({**raw, "layout": "NHWC"})
+    cfg = op.default_config(args, AVX512)
+    v = -(-cfg["kr"] // 16)
+    assert v * cfg["owr"] * cfg["ohr"] >= 16, cfg
+    assert v * cfg["owr"] * cfg["ohr"] + v + 1 <= 32 - 3, cfg
+    avx2 = Target.make("cpu", vector_lanes=8, vector_registers=16, threads=2)
+    cfg = op.default_config(args, avx2)
+    v = -(-cfg["kr"] // 8)
+    assert v * cfg["owr"] * cfg["ohr"] + v + 1 <= 16 - 1, cfg
