@@ -26,7 +26,7 @@ from ..numba_source import NumbaSourceRenderer
 from .hoist import divisions
 from .threaded import binds, has_parallel, render_threaded, top_level
 from .unroll import FLOAT32_HELPERS, SLP_UNROLLED_FULLY, transcendental, unrolled_fully
-from .unswitch import branches, invariant_select
+from .unswitch import branches, invariant_select, trip_versions
 
 __all__ = ["render"]
 
@@ -196,28 +196,14 @@ class NumbaRenderer(NumbaSourceRenderer):
         self.loop_body(s)
 
     def _version_trips(self, s: For) -> bool:
-        """An innermost loop of ``min(c, e)`` trips (a block of ``c`` the extent leaves
-        uneven): ``if e >= c:`` the loop of ``c`` trips, ``else:`` the loop of ``e``.
-
-        A convolution of 58 channels in blocks of 16 copies its padded rows and
-        stores its epilogue in loops of ``min(16, 58 - 16*k_o)`` trips, for every
-        block, the full ones included. A kernel compiled with the SLP vectorizer
-        only (register tiles) packs straight-line code, which a loop of unknown
-        trips never becomes, so those loops ran scalar (eight ``vaddss`` a step):
-        depthwise 3 x 3 of 58 channels at 28 x 28, 0.050 ms. At ``c`` trips the
-        loop unrolls and vectorizes like any full block; the other branch runs on
-        the last block only.
-        """
-        if s.kind not in ("serial", "vectorize") or not isinstance(s.extent, Binary):
+        """A loop of ``min(c, e)`` trips as ``if e >= c:`` the loop of ``c`` trips, ``else:``
+        the loop of ``e`` (``unswitch.trip_versions``)."""
+        found = trip_versions(s)
+        if found is None:
             return False
-        if s.extent.op != "min" or any(isinstance(x, For) for x in walk_stmts(s.body)):
-            return False
-        a, b = s.extent.a, s.extent.b
-        c, rest = (a, b) if isinstance(a, Const) else (b, a)
-        if not isinstance(c, Const) or isinstance(rest, Const) or int(c.value) < 2:
-            return False
-        self.emit(f"if {self.expr(rest)} >= {int(c.value)}:")
-        self.block(For(s.var, c, s.kind, s.body))
+        rest, c = found
+        self.emit(f"if {self.expr(rest)} >= {c}:")
+        self.block(For(s.var, Const(c), s.kind, s.body))
         self.emit("else:")
         self.block(For(s.var, rest, s.kind, s.body))
         return True
