@@ -285,3 +285,49 @@ def test_each_launcher_runs_every_iteration_once(n: int) -> None:
         for _ in range(3):
             launcher(address, n, seen)
         assert (seen[:n] == 3).all() and (seen[n:] == 0).all(), launcher
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_scratch_is_kept_between_calls_and_never_shared_by_two() -> None:
+    """The entry's heap scratch (a packed panel of B per chunk) comes from the kernel's pool:
+    the second call reuses the first call's buffers, and two Python threads calling at once,
+    with different inputs, each get a set of their own (every result exact)."""
+    import sys
+    import threading
+
+    (A, B), C, ref = matmul(13, 37, 600)  # a panel of 600 x 8 floats: more than the stack's
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    jo, ji = s[C].split(j, factor=8)
+    s[C].reorder(jo, i, k, ji)
+    BB = s.cache_read(B, "global", [C])
+    s[BB].compute_at(s[C], jo)
+    s[C].parallel(jo)
+    f = _run(s, [A, B, C], ref, BuildOptions(launch="native"))
+    assert "_set = _kernel_scratch.pop() if _kernel_scratch else (np.empty(" in f.source
+    pool = sys.modules[f.module_name]._kernel_scratch
+    assert len(pool) == 1
+    first = pool[0]
+    _run(s, [A, B, C], ref, BuildOptions(launch="native"))
+    assert len(pool) == 1 and pool[0] is first
+    rng = np.random.default_rng(4)
+    bad: list[int] = []
+
+    def caller(c: int) -> None:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        a = rng.standard_normal((13, 600)).astype(np.float32) + c
+        b = rng.standard_normal((600, 37)).astype(np.float32) - c
+        want, out = ref(a, b), np.empty((13, 37), np.float32)
+        for _ in range(50):
+            out.fill(np.nan)
+            f(a, b, out)
+            if not np.allclose(out, want, rtol=1e-4, atol=1e-3):
+                bad.append(c)
+
+    workers = [threading.Thread(target=caller, args=(c,)) for c in (0, 1)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert bad == [] and 1 <= len(pool) <= 2
