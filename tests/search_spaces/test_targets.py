@@ -42,6 +42,10 @@ CASES: dict[str, list[dict[str, Any]]] = {
         {"C": 5, "H": 7, "W": 13, "K": 37, "R": 3, "S": 3, "pad": 1, "bias": True},
         {"C": 3, "H": 5, "W": 5, "K": 5, "R": 1, "S": 1, "layout": "NHWC"},
     ],
+    "conv2d_winograd": [
+        {"N": 2, "C": 6, "H": 9, "W": 7, "K": 4, "pad": 1, "bias": True},
+        {"C": 3, "H": 3, "W": 5, "K": 37, "pad": 0, "epilogue": "relu"},
+    ],
     "depthwise_conv2d": [
         {"N": 2, "C": 5, "H": 9, "W": 8, "stride": 2, "pad": 1},
         {"C": 3, "H": 3, "W": 3},
