@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...lower.ir import Alloc, For, Seq, Stmt
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
@@ -182,23 +184,38 @@ def render_threaded(
         else:
             call = f"parallel_for({name}, {extent}, {params[k]})"
         calls.append("    " * depth + call)
-    scratch = [(n, r.size_text(size), dtype) for n, (size, dtype) in r.hoisted.items()]
-    if scratch:
+    pooled = [
+        (n, r.size_text(size), dtype)
+        for n, (size, dtype) in r.hoisted.items()
+        if not isinstance(size, int) or size * np.dtype(dtype).itemsize >= _POOLED_BYTES
+    ]
+    if pooled:
         out.append(f"_{func.name}_scratch = []")
     out.append(f"def {func.name}({', '.join([*(b.name for b in func.args), *symbols])}):")
-    out += _take_scratch(f"_{func.name}_scratch", scratch)
+    out += [
+        f"    {n} = np.empty({size}, np.{dtype})"
+        for n, (size, dtype) in r.hoisted.items()
+        if n not in {p[0] for p in pooled}
+    ]
+    out += _take_scratch(f"_{func.name}_scratch", pooled)
     out += calls
-    if scratch:
+    if pooled:
         out.append(f"    _{func.name}_scratch.append(_set)")
     return "\n".join(out) + "\n"
 
 
-def _take_scratch(pool: str, buffers: list[tuple[str, str, str]]) -> list[str]:
-    """The entry's scratch (name, element count as source, dtype): a set of buffers from the
-    kernel's ``pool`` of earlier calls', or new ones.
+#: Scratch from this size on is kept between calls (``_take_scratch``); smaller scratch is
+#: allocated per call, from the heap the kernel before has just freed, still in cache
+#: (glibc's ``malloc`` maps memory of its own only from 128 KiB).
+_POOLED_BYTES = 128 * 1024
 
-    Scratch allocated afresh each call (``np.empty``) is memory the allocator maps
-    anew above its threshold (128 KiB, rising to 32 MiB): every call faulted in and
+
+def _take_scratch(pool: str, buffers: list[tuple[str, str, str]]) -> list[str]:
+    """The entry's large scratch (name, element count as source, dtype): a set of buffers
+    from the kernel's ``pool`` of earlier calls', or new ones.
+
+    Large scratch allocated afresh each call (``np.empty``) is memory the allocator
+    maps anew (or trims from the heap's top and takes back): every call faulted in and
     zeroed the pages its threads touch. A Winograd convolution of 64 -> 64 channels at
     56 x 56 ran 0.40 ms so and 0.25 ms with its buffers kept (Zen 5, 2 threads). The
     pool holds a set per concurrent call: a call pops one (``list.pop`` is atomic under
