@@ -15,7 +15,8 @@ operator               peer
 matmul, batch_matmul,  NumPy's ``matmul`` (OpenBLAS) into a preallocated
 dense                  output (dense: ``x @ W.T``)
 conv2d,                PyTorch's ``conv2d`` (oneDNN), ``torch.set_num_threads``
-depthwise_conv2d       the same thread count; NumPy's im2col + BLAS without torch
+depthwise_conv2d,      the same thread count; NumPy's im2col + BLAS without torch
+conv2d_winograd        (Winograd's: the same convolution, a 3 x 3 weight)
 =====================  =====================================================
 
 The peer computes the product only, while a model's task also computes its
@@ -66,8 +67,8 @@ from tuner.target import Target  # noqa: E402
 from tuner.task import Task  # noqa: E402
 
 #: The operators whose defaults the sweep checks, and the kind of peer each has.
-OPERATORS = ("matmul", "dense", "batch_matmul", "conv2d", "depthwise_conv2d")
-_TORCH_PEER = ("conv2d", "depthwise_conv2d")
+OPERATORS = ("matmul", "dense", "batch_matmul", "conv2d", "depthwise_conv2d", "conv2d_winograd")
+_TORCH_PEER = ("conv2d", "depthwise_conv2d", "conv2d_winograd")
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "encoder")
 
 
@@ -148,6 +149,11 @@ def _peer(task: Task, inputs: list[np.ndarray], threads: int) -> tuple[str, Call
             pass
         else:
             torch.set_num_threads(threads)
+            if op == "conv2d_winograd":  # the same convolution, direct, from a 3 x 3 weight
+                op, args = "conv2d", {**args, "R": 3, "S": 3, "stride": 1, "dilation": 1}
+                args |= {"layout": "NHWC", "weights": "OIHW", "block": 0}
+                w = np.random.default_rng(0).standard_normal((args["K"], args["C"], 3, 3))
+                inputs = [inputs[0], w.astype(np.float32), *inputs[2:]]
             fn = torch_fn(op, {**args, "activation": "none"})
             if op == "conv2d":  # PyTorch's weight layout, packed before the timing
                 w = np.ascontiguousarray(Conv2d.from_args(args).oihw(inputs[1]))
