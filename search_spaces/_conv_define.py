@@ -17,26 +17,28 @@ from tuner.te import Tensor
 
 from ._conv_params import Conv2d
 
-__all__ = ["arguments", "padded", "stages"]
+__all__ = ["arguments", "finish", "padded", "stages"]
 
 
-def padded(p: Conv2d, X: Tensor) -> Tensor | None:
-    """The zero-padded input stage ``Xp`` (None without padding)."""
-    if p.pad == 0:
+def padded(p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None) -> Tensor | None:
+    """The zero-padded input stage ``Xp`` (None without padding), ``extent`` rows and columns
+    (by default the input's and ``pad`` on each side; more reads zeros past the image)."""
+    if p.pad == 0 and extent is None:
         return None
     pad, H, W = p.pad, p.H, p.W
+    rows, cols = extent or (H + 2 * pad, W + 2 * pad)
 
     def inside(h: te.Expr, w: te.Expr) -> te.Expr:
         return (h >= pad) & (h < H + pad) & (w >= pad) & (w < W + pad)
 
     if p.nhwc:
         return te.compute(
-            (p.N, H + 2 * pad, W + 2 * pad, p.C),
+            (p.N, rows, cols, p.C),
             lambda n, h, w, c: te.if_then_else(inside(h, w), X[n, h - pad, w - pad, c], 0.0),
             name="Xp",
         )
     return te.compute(
-        (p.N, p.C, H + 2 * pad, W + 2 * pad),
+        (p.N, p.C, rows, cols),
         lambda n, c, h, w: te.if_then_else(inside(h, w), X[n, c, h - pad, w - pad], 0.0),
         name="Xp",
     )
@@ -103,7 +105,14 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
 
 def _epilogue(p: Conv2d, t: dict[str, Tensor], idx: tuple[te.Expr, ...], k: te.Expr) -> te.Expr:
     """Bias and activation of the convolution's element ``idx`` (output channel ``k``)."""
-    value: te.Expr = t["conv"][idx]
+    return finish(p, t, t["conv"][idx], idx, k)
+
+
+def finish(
+    p: Conv2d, t: dict[str, Tensor], value: te.Expr, idx: tuple[te.Expr, ...], k: te.Expr
+) -> te.Expr:
+    """``value``, the convolution's element ``idx`` (output channel ``k``), with the bias
+    ``t["B"]``, the activation and the epilogue steps on their inputs ``t["E0"]``..."""
     if p.bias:
         value = value + t["B"][k]
     if p.activation == "relu":

@@ -55,6 +55,8 @@ from tuner.target import Target
 from tuner.te import Tensor
 
 from . import Operator, OperatorError, Param, register_operator
+from ._conv_define import arguments, finish, padded
+from ._conv_numpy import finish as finish_numpy
 from ._conv_params import Conv2d
 from ._conv_tiles import _spare
 from ._cuda import is_gpu
@@ -129,21 +131,14 @@ def _combine(rows: np.ndarray, e: te.Expr, f: Callable[[int], te.Expr]) -> te.Ex
 
 
 def stages(p: Conv2d) -> dict[str, Tensor]:
-    """Every tensor by role: X, U, B, the epilogue's E0.., Xp, V, M and Y."""
+    """Every tensor by role, as conv2d's (``_conv_define.stages``): X, W (the transformed
+    weight ``U``), B, the epilogue's E0.., Xp, V, M and Y."""
     TH, TW = tiles(p)
-    pad, H, W = p.pad, p.H, p.W
-    X = te.placeholder((p.N, H, W, p.C), "float32", name="X")
+    X = te.placeholder((p.N, p.H, p.W, p.C), "float32", name="X")
     U = te.placeholder((4, 4, p.C, p.K), "float32", name="U")
-    t: dict[str, Tensor] = {"X": X, "U": U}
-
-    def inside(h: te.Expr, w: te.Expr) -> te.Expr:
-        return (h >= pad) & (h < H + pad) & (w >= pad) & (w < W + pad)
-
-    Xp = te.compute(
-        (p.N, 2 * TH + 2, 2 * TW + 2, p.C),
-        lambda n, h, w, c: te.if_then_else(inside(h, w), X[n, h - pad, w - pad, c], 0.0),
-        name="Xp",
-    )
+    t: dict[str, Tensor] = {"X": X, "W": U}
+    Xp = padded(p, X, (2 * TH + 2, 2 * TW + 2))  # whole tiles: a row and column more if odd
+    assert Xp is not None
     V = te.compute(
         (p.N, TH, TW, 4, 4, p.C),
         lambda n, th, tw, a, b, c: _combine(
@@ -161,26 +156,15 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
         t["B"] = te.placeholder((p.K,), "float32", name="B")
     for e in p.steps.placeholders(p.K, p.out_shape):
         t[e.name] = e
-    extras = [t[f"E{i}"] for i in range(len(p.steps.extras))]
 
     def out(n: te.Expr, oh: te.Expr, ow: te.Expr, k: te.Expr) -> te.Expr:
         value = _combine(
             AT, oh % 2, lambda a: _combine(AT, ow % 2, lambda b: M[n, oh // 2, ow // 2, a, b, k])
         )
-        if p.bias:
-            value = value + t["B"][k]
-        if p.activation == "relu":
-            value = te.maximum(value, 0.0)
-        return p.steps.apply(value, k, (n, oh, ow, k), extras)
+        return finish(p, t, value, (n, oh, ow, k), k)
 
     t.update(Xp=Xp, V=V, M=M, Y=te.compute(p.out_shape, out, name="Y"))
     return t
-
-
-def arguments(p: Conv2d, t: dict[str, Tensor]) -> list[Tensor]:
-    """The kernel's arguments: X, U, (B,) the epilogue's inputs, Y."""
-    extras = [t[f"E{i}"] for i in range(len(p.steps.extras))]
-    return [t["X"], t["U"], *([t["B"]] if p.bias else []), *extras, t["Y"]]
 
 
 # -- knobs, default and schedule ---------------------------------------------------------------
@@ -377,11 +361,7 @@ def reference(
     v = np.einsum("ai,ntiwjc,bj->ntwabc", BT, d, BT)
     m = np.einsum("ntwabc,abck->ntwabk", v, u.astype(np.float64))
     y = np.einsum("ia,ntwabk,jb->ntiwjk", AT, m, AT).reshape(p.N, 2 * TH, 2 * TW, p.K)
-    y = y[:, : p.OH, : p.OW]
-    if b is not None:
-        y = y + b.astype(np.float64)
-    if p.activation == "relu":
-        y = np.maximum(y, 0)
+    y = finish_numpy(p, y[:, : p.OH, : p.OW], None if b is None else b.astype(np.float64), False)
     return p.steps.apply_numpy(y, extras, channel_axis=3).astype(np.float32)
 
 
