@@ -32,7 +32,7 @@ def _candidate(gpu: Target, config: dict[str, Any] | None = None) -> Candidate:
 
 
 def test_a_candidate_is_checked_and_timed_on_the_device(gpu) -> None:  # type: ignore[no-untyped-def]
-    out = child.run_candidate(_candidate(gpu), QUICK, {})
+    out = child.run_candidate(_candidate(gpu), QUICK, child.Workspace())
     assert out["kind"] == ErrorKind.OK.value, out
     assert len(out["samples"]) == 2 and all(t > 0 for t in out["samples"])
 
@@ -46,7 +46,7 @@ def test_a_failed_launch_is_reported_and_asks_for_a_fresh_runner(gpu, monkeypatc
 
     monkeypatch.setattr(kern, "timer", lambda *arrays: Broken())
     monkeypatch.setattr(child, "_kernel", lambda c: (op, tensors, kern))
-    out = child.run_candidate(_candidate(gpu), QUICK, {})
+    out = child.run_candidate(_candidate(gpu), QUICK, child.Workspace())
     assert out["kind"] == ErrorKind.RUNTIME_ERROR.value
     assert out["msg"].startswith("LaunchError: launch failure") and out["fresh"] is True
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 
 import numpy as np
 import pytest
@@ -129,31 +131,176 @@ def test_the_output_check_scales_its_absolute_tolerance_with_the_output() -> Non
     assert matches(zeros, zeros, 1e-3, 1e-3) and not matches(zeros + 0.01, zeros, 1e-3, 1e-3)
 
 
-def test_the_runner_warms_a_kernel_up_for_a_while_before_timing_it() -> None:
-    """Its threads sleep between candidates: untimed runs go on for ``warm_seconds`` first."""
-    import time
+def test_the_runner_warms_a_kernel_up_until_it_is_no_faster() -> None:
+    """Its threads sleep between candidates: untimed blocks of runs go on until one is no
+    faster than the one before, for ``warm_seconds`` at most."""
+    from tuner.measure import _child
 
-    from tuner.measure._child import _time
+    class Waking:
+        """A kernel whose ``i``-th call takes ``call(i)`` seconds."""
 
-    class Clocked:
-        def __init__(self) -> None:
-            self.calls: list[float] = []
+        def __init__(self, call) -> None:  # type: ignore[no-untyped-def]
+            self.calls, self.call = 0, call
 
         def run(self) -> None:
-            self.calls.append(time.perf_counter())
+            self.calls += 1
 
         def seconds(self, reps: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                self.run()
-                time.sleep(0.001)
-            return time.perf_counter() - t0
+            self.calls += reps
+            return sum(self.call(i) for i in range(self.calls - reps, self.calls))
 
-    timer = Clocked()
+    awake = Waking(lambda i: 0.001)
+    _child._warm(awake, 0.1)
+    least = round(_child._WARM_LEAST / 0.001)
+    assert least <= awake.calls <= least + 10  # the first stretch and a block: not 100 ms
+    asleep = Waking(lambda i: 0.002 if i < least // 2 else 0.001)  # a step within the stretch
+    _child._warm(asleep, 0.1)
+    assert asleep.calls <= least + 10
+    ramp = Waking(lambda i: 0.001 * (1 + max(0, 50 - i) / 50))  # faster and faster, 50 calls
+    _child._warm(ramp, 0.2)
+    assert ramp.calls >= 40  # on while each block is faster than the one before
+
+    class Faster:
+        """Each block of runs 5 % faster than the one before, for ever."""
+
+        def __init__(self) -> None:
+            self.blocks = 0
+
+        def seconds(self, reps: int) -> float:
+            self.blocks += 1
+            return reps * 0.001 * 0.95**self.blocks
+
     start = time.perf_counter()
-    samples = _time(timer, MeasureOptions(samples=3, min_sample_seconds=0.005, warm_seconds=0.05))
-    assert len(samples) == 3
-    assert timer.calls[-1] - start >= 0.05 + 3 * 0.005  # warmed for 0.05 s, then timed
-    cold = Clocked()
-    _time(cold, MeasureOptions(samples=3, min_sample_seconds=0.005, warm_seconds=0.0))
-    assert len(cold.calls) < len(timer.calls)
+    _child._warm(Faster(), 0.05)  # its seconds add up to less than 0.05: the clock ends it
+    assert time.perf_counter() - start < 1.0
+    opts = MeasureOptions(samples=3, min_sample_seconds=0.004, warm_seconds=0.1, warmup=0)
+    samples = _child._time(Waking(lambda i: 0.002 if i < 8 else 0.001), opts)
+    assert samples == [0.001] * 3, "no sample is taken before the kernel is awake"
+    cold = Waking(lambda i: 0.001)
+    _child._warm(cold, 0.0)
+    assert cold.calls == 0
+
+
+def test_a_candidate_is_loaded_and_checked_once_over_its_passes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The runner keeps a checked kernel for the later passes over its batch."""
+    from tuner.measure import _child
+
+    loads, checks = [], []
+    kernel, matches = _child._kernel, _child.matches
+    monkeypatch.setattr(_child, "_kernel", lambda c: loads.append(c) or kernel(c))
+    monkeypatch.setattr(_child, "matches", lambda *a: checks.append(a) or matches(*a))
+    ws, opts = _child.Workspace(), MeasureOptions(samples=1, min_sample_seconds=0.001)
+    for c in (cand("t_double"), cand("t_double", split=4), cand("t_double")):
+        out = _child.run_candidate(c, opts, ws)
+        assert out["kind"] == ErrorKind.OK.value and len(out["samples"]) == 1
+    assert len(loads) == len(checks) == 2
+    other = Candidate("t_double", {"N": 32}, {"split": 2}, cand("t_double").target)
+    assert _child.run_candidate(other, opts, ws)["kind"] == ErrorKind.OK.value
+    assert len(loads) == 3 and list(ws.timers) == [_child._candidate_key(other)]
+
+
+class _Recorded:
+    """A kernel timer that replays recorded samples: ``seconds(reps)`` is the next one."""
+
+    def __init__(self, samples: list[float]) -> None:
+        self.samples = list(samples)
+
+    def run(self) -> None:
+        pass
+
+    def seconds(self, reps: int) -> float:
+        return self.samples.pop(0) * reps
+
+
+def test_a_first_sample_above_the_cut_is_the_only_one() -> None:
+    from tuner.measure._child import _time
+
+    opts = MeasureOptions(samples=3, min_sample_seconds=0.0, warm_seconds=0.0, warmup=0)
+    assert _time(_Recorded([5.0, 1.0, 1.0]), opts, cut_above=4.0) == [5.0]
+    assert _time(_Recorded([3.0, 1.0, 1.0]), opts, cut_above=4.0) == [3.0, 1.0, 1.0]
+    assert _time(_Recorded([5.0, 1.0, 1.0]), opts) == [5.0, 1.0, 1.0]
+
+
+class _ReplayRunner:
+    """The measurer's runner over recorded samples (per config), through the runner's own
+    timing rule (``_child._time``): what a tune would have kept with slow candidates cut."""
+
+    def __init__(self, recorded: dict[str, list[float]]) -> None:
+        self.left = {k: list(v) for k, v in recorded.items()}
+        self.runs: list[str] = []
+
+    def run(self, c: Candidate, opts: MeasureOptions, cut_above: float = 0.0) -> dict:  # type: ignore[type-arg]
+        from tuner.measure._child import _time
+
+        key = _key(c.config)
+        self.runs.append(key)
+        timer = _Recorded(self.left[key])
+        quick = dataclasses.replace(opts, min_sample_seconds=0.0, warm_seconds=0.0, warmup=0)
+        samples = _time(timer, quick, cut_above)
+        self.left[key] = timer.samples
+        cut = 0 < cut_above < samples[0]
+        return {"kind": ErrorKind.OK.value, "samples": samples, **({"cut": True} if cut else {})}
+
+    def stop(self) -> None:
+        pass
+
+
+def _key(config: dict) -> str:  # type: ignore[type-arg]
+    return repr(sorted(config.items()))
+
+
+def _replayed(  # type: ignore[no-untyped-def]
+    recorded: dict[str, list[float]],
+    batches: list[list[dict]],
+    cut: float,  # type: ignore[type-arg]
+):
+    opts = MeasureOptions(samples=5, passes=3, cut_slower=cut)
+    m = Measurer(opts)
+    runner = _ReplayRunner(recorded)
+    m._runner = runner  # type: ignore[assignment]
+    m._build_all = lambda cs: [(ErrorKind.OK.value, "", 0.0)] * len(cs)  # type: ignore[method-assign]
+    target = Target.from_name("cpu").to_json()
+    results = {}
+    for batch in batches:
+        cands = [Candidate("matmul", {"M": 8}, config, target) for config in batch]
+        for config, r in zip(batch, m.measure(cands), strict=True):
+            results[_key(config)] = r
+    return results, runner
+
+
+def test_slow_candidates_are_cut_after_one_sample_and_get_no_more_passes() -> None:
+    configs = [{"x": x} for x in range(3)]
+    keys = [_key(c) for c in configs]
+    recorded = dict(zip(keys, [[1.0] * 5, [5.0] * 5, [1.5] * 5], strict=True))
+    results, runner = _replayed(recorded, [configs], cut=2.0)
+    assert [len(results[k].samples) for k in keys] == [5, 1, 5]
+    assert runner.runs.count(keys[1]) == 1 and runner.runs.count(keys[0]) == 3
+    assert all(results[k].ok for k in keys)
+    uncut, _ = _replayed(recorded, [configs], cut=0.0)
+    assert [len(uncut[k].samples) for k in keys] == [5, 5, 5]
+
+
+def test_cutting_slow_candidates_keeps_the_best_of_a_recorded_tune() -> None:
+    """A tune's real samples (matmul 512, 64 trials in batches of 8, Zen 5), replayed through
+    the measurer in their order: the 2x cut keeps the best config and cuts many others."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    log = Path(__file__).parents[2] / "experiments" / "logs" / "matmul512_zen5.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = [r for r in rows if len(r["result"]["samples"]) == 5]
+    recorded: dict[str, list[float]] = {}
+    configs = []
+    for r in rows:
+        if _key(r["config"]) not in recorded:
+            recorded[_key(r["config"])] = r["result"]["samples"]
+            configs.append(r["config"])
+    keys = list(recorded)
+    batches = [configs[i : i + 8] for i in range(0, len(configs), 8)]
+    results, _ = _replayed(recorded, batches, cut=2.0)
+    best = min(keys, key=lambda k: statistics.median(recorded[k]))
+    assert len(results[best].samples) == 5
+    kept = {k for k in keys if len(results[k].samples) == 5}
+    assert min(kept, key=lambda k: statistics.median(results[k].samples)) == best
+    assert len(kept) < len(keys)

@@ -113,8 +113,8 @@ class _ClosedAfterRecv:
     def __init__(self) -> None:
         self.sent: list[object] = []
 
-    def recv(self) -> tuple[object, object]:
-        return (None, None)  # no candidate at all: the runner replies with the error
+    def recv(self) -> tuple[object, object, float]:
+        return (None, None, 0.0)  # no candidate at all: the runner replies with the error
 
     def send(self, obj: object) -> None:
         self.sent.append(obj)

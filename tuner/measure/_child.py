@@ -85,39 +85,107 @@ class _Calls:
         self.fn()
 
 
-def _time(timer: Any, opts: MeasureOptions) -> list[float]:
+def _time(timer: Any, opts: MeasureOptions, cut_above: float = 0.0) -> list[float]:
     """Samples of one run's seconds: ``timer.run()`` warms up, ``timer.seconds(reps)`` times.
 
     Each sample is the mean of as many runs as fill ``min_sample_seconds``
     (``tuner.measure.timer``; between two CUDA events on a GPU, see
-    ``tuner.codegen.Timer``). The block that settles the count is the first sample.
+    ``tuner.codegen.Timer``). The block that settles the count is the first
+    sample; where it is above ``cut_above`` seconds (when set), it is the only one.
     """
     for _ in range(opts.warmup):
         timer.run()
-    if opts.warm_seconds > 0:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < opts.warm_seconds:
-            timer.seconds(1)
+    _warm(timer, opts.warm_seconds)
     reps, elapsed = reps_for(timer.seconds, opts.min_sample_seconds)
     samples = [elapsed / reps]
+    if 0 < cut_above < samples[0]:
+        return samples
     while len(samples) < opts.samples:
         samples.append(timer.seconds(reps) / reps)
     return samples
 
 
-def _workload_arrays(op: Any, c: Candidate, refs: dict[str, Any]) -> tuple[Any, Any]:
-    """The inputs of ``c``'s workload and the reference output, made once per workload."""
-    key = repr((c.op, sorted(c.args.items())))
-    if key not in refs:
+#: Seconds of one block of untimed runs while a kernel warms up (``_warm``).
+_WARM_BLOCK = 0.004
+#: Seconds a kernel warms up at least, in blocks (``_warm``).
+_WARM_LEAST = 0.02
+#: A block at most this much faster than the one before it is as fast as the kernel gets.
+_SETTLED = 0.02
+
+
+def _warm(timer: Any, most: float) -> None:
+    """Untimed blocks of runs: for ``_WARM_LEAST`` seconds, then until one is no faster than
+    the one before, for ``most`` seconds in all.
+
+    A runner's threads (and the cores under them) idle while it waits for the
+    next candidate, and a kernel runs slower until they are awake: a
+    2-thread matmul 512 ran 2.7 ms timed straight away where a user's loop
+    saw 2.0 (Zen 4). On Zen 5 that lasted the first call (1.3 ms after half
+    a second idle, 1.07 from the second call). A fixed 0.1 s of warm-up per
+    candidate and pass was most of a tune's measuring time; the warm-up now
+    watches the speed instead, in blocks of at least ``_WARM_BLOCK`` seconds,
+    after a first stretch long enough for a wake-up that takes its time.
+    """
+    if most <= 0:
+        return
+    t0 = time.perf_counter()
+    reps, before = reps_for(timer.seconds, _WARM_BLOCK)
+    spent = before  # the seconds of the runs, as the timer counts them (a GPU's: its events)
+    while spent < most and time.perf_counter() - t0 < most:
+        now = timer.seconds(reps)
+        spent += now
+        if now >= before * (1 - _SETTLED) and spent >= _WARM_LEAST:
+            return
+        before = now
+
+
+#: Kernels a runner keeps loaded (and checked) at most: a batch's, timed again in each pass.
+_KEPT_KERNELS = 128
+
+
+class Workspace:
+    """What the runner keeps from one candidate to the next of the same workload.
+
+    The workload's inputs, its reference output and one output array, made
+    once; and each candidate's loaded kernel and its timer, checked against
+    the reference the first time it ran, so that the later passes over a
+    batch (``Measurer.measure``) time it without loading (a schedule lowered
+    and a cached module imported again) or checking it afresh.
+    """
+
+    def __init__(self) -> None:
+        self.workload: str | None = None
+        self.inputs: tuple[Any, ...] = ()
+        self.expected: Any = None
+        self.out: Any = None
+        self.timers: dict[str, Any] = {}
+
+    def arrays(self, op: Any, c: Candidate, tensors: Any) -> None:
+        """Make ``c``'s workload's arrays, unless they are this workload's already."""
+        key = repr((c.op, sorted(c.args.items())))
+        if key == self.workload:
+            return
+        import numpy as np
+
         from ..target import Target
 
-        inputs = op.make_inputs(c.args, target=Target.from_json(c.target))
-        refs.clear()  # keep one workload's arrays at a time
-        refs[key] = (inputs, op.reference(*inputs, **c.args))
+        self.workload, self.timers = None, {}  # keep one workload's arrays at a time
+        self.inputs = tuple(op.make_inputs(c.args, target=Target.from_json(c.target)))
+        self.expected = op.reference(*self.inputs, **c.args)
+        self.out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
+        self.workload = key
         # The reference may have run on OpenBLAS's threads, which spin for about 0.1 s
         # after a call and take cores from the kernel timed next (see interleave).
         time.sleep(REST_SECONDS)
-    return refs[key]
+
+    def keep(self, key: str, timer: Any) -> None:
+        if len(self.timers) >= _KEPT_KERNELS:
+            del self.timers[next(iter(self.timers))]
+        self.timers[key] = timer
+
+
+def _candidate_key(c: Candidate) -> str:
+    return repr((c.op, sorted(c.args.items()), sorted(c.config.items()), sorted(c.target.items())))
 
 
 def matches(out: Any, expected: Any, rtol: float, atol: float) -> bool:
@@ -137,42 +205,55 @@ def matches(out: Any, expected: Any, rtol: float, atol: float) -> bool:
 def run_candidate(
     c: Candidate,
     opts: MeasureOptions,
-    refs: dict[str, Any],
+    ws: Workspace,
     loaded: Callable[[], None] = lambda: None,
+    cut_above: float = 0.0,
 ) -> dict[str, Any]:
-    """Load, check once against NumPy, and time one candidate (inside the runner).
+    """Load and check ``c`` once against NumPy, then time it (inside the runner).
 
     ``loaded`` is called once the kernel and the reference are ready, before
-    the kernel first runs: the run timeout covers what comes after.
+    the kernel first runs: the run timeout covers what comes after. A first
+    sample above ``cut_above`` seconds (when set) ends the timing there: the
+    reply says ``cut``, and has that one sample.
     """
     import numpy as np
 
     from ..codegen import LaunchError
 
     t0 = time.perf_counter()
-    try:
-        op, tensors, kern = _kernel(c)
-    except Exception as exc:
-        return {"kind": ErrorKind.COMPILE_ERROR.value, "msg": _short(exc)}
-    inputs, expected = _workload_arrays(op, c, refs)
-    out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
+    key = _candidate_key(c)
+    timer = ws.timers.get(key)
+    if timer is None:
+        try:
+            op, tensors, kern = _kernel(c)
+        except Exception as exc:
+            return {"kind": ErrorKind.COMPILE_ERROR.value, "msg": _short(exc)}
+        ws.arrays(op, c, tensors)
     loaded()
     try:
-        # On a GPU the inputs go to the device once; every run below reuses them.
-        timer = kern.timer(*inputs, out)
-        timer.run()
-        timer.fetch()
-        if not matches(out, expected, opts.rtol, opts.atol):
-            err = float(np.nanmax(np.abs(out.astype(np.float64) - expected)))
-            return {"kind": ErrorKind.WRONG_ANSWER.value, "msg": f"max abs error {err:.3g}"}
-        samples = _time(timer, opts)
+        if timer is None:
+            # On a GPU the inputs go to the device once; every run below reuses them.
+            timer = kern.timer(*ws.inputs, ws.out)
+            timer.run()
+            timer.fetch()
+            if not matches(ws.out, ws.expected, opts.rtol, opts.atol):
+                diff = np.abs(ws.out.astype(np.float64) - ws.expected)
+                return {
+                    "kind": ErrorKind.WRONG_ANSWER.value,
+                    "msg": f"max abs error {float(np.nanmax(diff)):.3g}",
+                }
+            ws.keep(key, timer)
+        samples = _time(timer, opts, cut_above)
     except LaunchError as exc:
         # A failed launch may leave the process's CUDA context unusable (an illegal address
         # is sticky): the runner reports it, then exits, and the next candidate gets a new one.
         return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc), "fresh": True}
     except Exception as exc:
         return {"kind": ErrorKind.RUNTIME_ERROR.value, "msg": _short(exc)}
-    return {"kind": ErrorKind.OK.value, "samples": samples, "seconds": time.perf_counter() - t0}
+    reply = {"kind": ErrorKind.OK.value, "samples": samples, "seconds": time.perf_counter() - t0}
+    if cut_above > 0 and len(samples) < opts.samples:
+        reply["cut"] = True
+    return reply
 
 
 # What a closed pipe raises: the tuner stopped, or gave up on this runner.
@@ -204,11 +285,11 @@ def runner_main(
 
 
 def _serve(conn: Connection) -> None:
-    refs: dict[str, Any] = {}
+    ws = Workspace()
     while True:
-        c, opts = conn.recv()
+        c, opts, cut_above = conn.recv()
         try:
-            reply = run_candidate(c, opts, refs, loaded=lambda: conn.send("loaded"))
+            reply = run_candidate(c, opts, ws, lambda: conn.send("loaded"), cut_above)
             conn.send(reply)
             if reply.get("fresh"):
                 return  # the tuner starts another runner for the next candidate

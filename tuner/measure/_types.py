@@ -22,11 +22,19 @@ class MeasureOptions:
     passes: int = 3
     min_sample_seconds: float = 0.02  # repetitions per sample are scaled up to this
     warmup: int = 1
-    # Untimed runs go on for at least this long first: a runner's threads sleep while it
-    # waits for the next candidate, and a 2-thread kernel runs at about one thread's
-    # speed until they are awake (matmul 512 on 2 threads: 2.7 ms timed straight away,
-    # 2.0 ms in a user's loop; see experiments/bench_user_loop.py).
+    # Untimed runs go on until the kernel is no faster from one block to the next, for
+    # this long at most: a runner's threads sleep while it waits for the next candidate,
+    # and a 2-thread kernel runs slower until they are awake (matmul 512 on 2 threads:
+    # 2.7 ms timed straight away, 2.0 ms in a user's loop; see experiments/bench_user_loop.py
+    # and ``_child._warm``).
     warm_seconds: float = 0.1
+    # A candidate whose first sample takes this many times the fastest median this measurer
+    # has timed for its workload gets no more samples (0: every candidate gets them all):
+    # tinygrad's BEAM search stops timing such a kernel too. On the logs the project ships
+    # (116 workloads, 7,904 records, replayed in their order), 2x cuts 36 % of the
+    # candidates; the eventual best of a workload was cut only where the old runner took
+    # its first sample cold, before the kernel's threads were warm (``warm_seconds``).
+    cut_slower: float = 2.0
     rtol: float = 1e-3
     atol: float = 1e-3  # times the reference output's largest magnitude
     # Modules that register extra operators, imported by every worker (Python API only;

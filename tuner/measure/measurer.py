@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import statistics
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -69,8 +70,9 @@ class _Runner:
                 self.proc.join()
         self.proc = None
 
-    def run(self, c: Candidate, opts: MeasureOptions) -> dict[str, Any]:
-        """Run candidate ``c``: check it against its NumPy reference once, then time it."""
+    def run(self, c: Candidate, opts: MeasureOptions, cut_above: float = 0.0) -> dict[str, Any]:
+        """Run candidate ``c``: check it against its NumPy reference once, then time it
+        (one sample only where that one is above ``cut_above`` seconds, when set)."""
         if self.proc is None or not self.proc.is_alive():
             self._start()
             # Starting Python and importing Numba takes seconds on a loaded machine:
@@ -81,7 +83,7 @@ class _Runner:
                     "kind": ErrorKind.RUNTIME_ERROR.value,
                     "msg": f"the runner process did not start within {_STARTUP_TIMEOUT:g} s",
                 }
-        self.conn.send((c, opts))
+        self.conn.send((c, opts, cut_above))
         # Loading the kernel and computing the reference may take as long as a build
         # on a loaded machine; the run timeout starts when the runner says "loaded".
         limit, reply = opts.build_timeout, self._wait(opts.build_timeout)
@@ -127,6 +129,10 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
             os.environ.pop(k, None)
 
 
+def _workload(c: Candidate) -> str:
+    return repr((c.op, sorted(c.args.items()), sorted(c.target.items())))
+
+
 def _shares(samples: int, passes: int) -> list[int]:
     """``samples`` split over at most ``passes`` passes, larger shares first: 5, 3 -> 2, 2, 1."""
     passes = max(1, min(passes, samples))
@@ -147,6 +153,8 @@ class Measurer:
         self._runner = _Runner(threads, self.options.plugins)
         self._pool: ProcessPoolExecutor | None = None
         self._signals = contextlib.ExitStack()
+        #: The fastest median timed per workload (and target), which slow candidates are cut at.
+        self._fastest: dict[str, float] = {}
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -183,18 +191,21 @@ class Measurer:
         load drifts over seconds, and with all of a candidate's samples taken
         in one burst, a quiet moment decided which config looked best (the
         winner of a matmul 512 tune ran 2.31 ms in its burst and 3.0 ms when
-        timed again). Each pass loads, checks and times afresh; a candidate
-        that fails is not run again.
+        timed again). The runner loads and checks a candidate in the first
+        pass and keeps it loaded for the others (``_child.Workspace``); a
+        candidate that fails is not run again, nor one whose first sample
+        was ``options.cut_slower`` times the fastest yet (it keeps that sample).
 
         ``on_result(i, result)`` is called as soon as candidate ``i``'s result
-        is final (its build or a run failed, or its last pass ran), so that a
-        caller can log it before the rest of the batch is done.
+        is final (its build or a run failed, it was cut, or its last pass ran),
+        so that a caller can log it before the rest of the batch is done.
         """
         built = self._build_all(candidates)
         kinds = [ErrorKind(kind) for kind, _, _ in built]
         msgs = [msg for _, msg, _ in built]
         samples: list[list[float]] = [[] for _ in candidates]
         run_s = [0.0] * len(candidates)
+        done = [k != ErrorKind.OK for k in kinds]  # failed, cut, or through its last pass
 
         def result(i: int) -> MeasureResult:
             ok = kinds[i] == ErrorKind.OK
@@ -207,22 +218,34 @@ class Measurer:
                 on_result(i, result(i))
 
         for i in range(len(candidates)):
-            if kinds[i] != ErrorKind.OK:
+            if done[i]:
                 final(i)
         shares = _shares(self.options.samples, self.options.passes)
         for p, share in enumerate(shares):
             opts = dataclasses.replace(self.options, samples=share)
             for i, c in enumerate(candidates):
-                if kinds[i] != ErrorKind.OK:
+                if done[i]:
                     continue
                 t0 = time.perf_counter()
-                out = self._runner.run(c, opts)
+                out = self._runner.run(c, opts, self._cut_above(c))
                 run_s[i] += time.perf_counter() - t0
                 kinds[i], msgs[i] = ErrorKind(out["kind"]), out.get("msg", "")
                 samples[i] += out.get("samples", ())
-                if kinds[i] != ErrorKind.OK or p == len(shares) - 1:
+                done[i] = kinds[i] != ErrorKind.OK or out.get("cut", False) or p == len(shares) - 1
+                if kinds[i] == ErrorKind.OK and not out.get("cut", False):
+                    self._timed(c, statistics.median(samples[i]))
+                if done[i]:
                     final(i)
         return [result(i) for i in range(len(candidates))]
+
+    def _cut_above(self, c: Candidate) -> float:
+        """Seconds above which ``c``'s first sample ends its timing (0: never, see ``cut_slower``)."""
+        fastest = self._fastest.get(_workload(c))
+        return self.options.cut_slower * fastest if fastest and self.options.cut_slower else 0.0
+
+    def _timed(self, c: Candidate, seconds: float) -> None:
+        key = _workload(c)
+        self._fastest[key] = min(seconds, self._fastest.get(key, seconds))
 
     def _build_all(self, candidates: list[Candidate]) -> list[tuple[str, str, float]]:
         futures = self._submit(candidates)

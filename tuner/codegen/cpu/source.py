@@ -24,7 +24,7 @@ from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
 from .hoist import divisions
-from .threaded import binds, has_parallel, render_threaded, top_level
+from .threaded import binds, has_parallel, python_entry, render_threaded, top_level
 from .unroll import FLOAT32_HELPERS, SLP_UNROLLED_FULLY, transcendental, unrolled_fully
 from .unswitch import branches, invariant_select, trip_versions
 
@@ -472,25 +472,20 @@ def render(
     r.lines[:0] = r.take_stack()
     params = ", ".join([*(b.name for b in func.args), *r.symbols])
 
-    def deco(signature: bool, prange: bool) -> list[str]:
+    def deco(scratch: list[str]) -> list[str]:
         if not njit_flags:
             return []
+        arrays = [*(b.dtype for b in func.args), *scratch]
         sig = ", ".join(
-            [*(f"numba.{b.dtype}[::1]" for b in func.args), *("numba.int64" for _ in func.symbols)]
+            [*(f"numba.{d}[::1]" for d in arrays), *("numba.int64" for _ in func.symbols)]
         )
-        first = f"numba.void({sig}), " if signature else ""
-        return [f"@numba.njit({first}{njit_flags}, parallel={prange})"]
+        return [f"@numba.njit(numba.void({sig}), {njit_flags}, parallel={r.has_prange})"]
 
     if not r.hoisted:
-        return (
-            "\n".join([*deco(True, r.has_prange), f"def {func.name}({params}):", *r.lines]) + "\n"
-        )
-    scratch = ", ".join(r.hoisted)
-    body = [*deco(False, r.has_prange), f"def {func.name}_body({params}, {scratch}):", *r.lines, ""]
-    entry = [*deco(True, False), f"def {func.name}({params}):"]
-    entry += [
-        f"    {n} = np.empty({r.size_text(size)}, np.{dtype})"
-        for n, (size, dtype) in r.hoisted.items()
-    ]
-    entry.append(f"    {func.name}_body({params}, {scratch})")
-    return "\n".join(body + entry) + "\n"
+        return "\n".join([*deco([]), f"def {func.name}({params}):", *r.lines]) + "\n"
+    # Heap scratch: the loop nest takes it from a Python entry (``threaded.python_entry``).
+    scratch = {n: (r.size_text(size), dtype) for n, (size, dtype) in r.hoisted.items()}
+    names = ", ".join([*(b.name for b in func.args), *scratch, *r.symbols])
+    body = [*deco([d for _, d in scratch.values()]), f"def {func.name}_body({names}):", *r.lines]
+    entry = python_entry(func.name, params.split(", "), scratch, [f"    {func.name}_body({names})"])
+    return "\n".join([*body, "", *entry]) + "\n"

@@ -25,7 +25,7 @@ from ...te.expr import Const, Expr, Var, walk
 if TYPE_CHECKING:
     from .source import NumbaRenderer
 
-__all__ = ["Repeat", "binds", "has_parallel", "render_threaded", "top_level"]
+__all__ = ["Repeat", "binds", "has_parallel", "python_entry", "render_threaded", "top_level"]
 
 
 def binds(var: str, value: Expr):  # type: ignore[no-untyped-def]
@@ -184,24 +184,39 @@ def render_threaded(
         else:
             call = f"parallel_for({name}, {extent}, {params[k]})"
         calls.append("    " * depth + call)
+    args = [*(b.name for b in func.args), *symbols]
+    scratch = {n: (r.size_text(size), dtype) for n, (size, dtype) in r.hoisted.items()}
+    return "\n".join(out + python_entry(func.name, args, scratch, calls)) + "\n"
+
+
+def python_entry(
+    name: str, args: list[str], scratch: dict[str, tuple[str, str]], calls: list[str]
+) -> list[str]:
+    """A kernel's entry as plain Python: it takes the kernel's ``args``, allocates its
+    ``scratch`` (name -> element count as source, dtype) and runs ``calls``.
+
+    Plain Python, not a compiled function calling the compiled ones: Numba
+    links a callee's code into its caller's and optimizes it again there (a
+    serial matmul with a packed panel compiled in 5.3 s with a compiled
+    entry, 2.0 without).
+    """
     pooled = [
-        (n, r.size_text(size), dtype)
-        for n, (size, dtype) in r.hoisted.items()
-        if not isinstance(size, int) or size * np.dtype(dtype).itemsize >= _POOLED_BYTES
+        (n, size, dtype)
+        for n, (size, dtype) in scratch.items()
+        if not size.isdigit() or int(size) * np.dtype(dtype).itemsize >= _POOLED_BYTES
     ]
-    if pooled:
-        out.append(f"_{func.name}_scratch = []")
-    out.append(f"def {func.name}({', '.join([*(b.name for b in func.args), *symbols])}):")
+    out = [f"_{name}_scratch = []"] if pooled else []
+    out.append(f"def {name}({', '.join(args)}):")
     out += [
         f"    {n} = np.empty({size}, np.{dtype})"
-        for n, (size, dtype) in r.hoisted.items()
+        for n, (size, dtype) in scratch.items()
         if n not in {p[0] for p in pooled}
     ]
-    out += _take_scratch(f"_{func.name}_scratch", pooled)
+    out += _take_scratch(f"_{name}_scratch", pooled)
     out += calls
     if pooled:
-        out.append(f"    _{func.name}_scratch.append(_set)")
-    return "\n".join(out) + "\n"
+        out.append(f"    _{name}_scratch.append(_set)")
+    return out
 
 
 #: Scratch from this size on is kept between calls (``_take_scratch``); smaller scratch is
