@@ -219,3 +219,31 @@ def test_a_squeeze_excitation_convolution_in_blocks_of_40_is_packed_and_serial(
         return
     asm = machine_code(kern)
     assert re.findall(r"\bvfmadd\w*ps\b", asm) and not re.findall(r"\bvfmadd\w*ss\b", asm)
+
+
+def test_math_helpers_are_inlined_by_llvm_and_stay_vectorized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dense layer's GELU calls ``erf32`` (and the ``exp32`` inside it) once per lane in its
+    source; Numba compiles each helper once and LLVM inlines every call
+    (``runtime._always_inlined``): no call is left in the machine code, and the epilogue's
+    polynomial is packed."""
+    from search_spaces import dense
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))  # compiled here, not loaded
+    shape = {"batch": 7, "in_features": 29, "out_features": 67, "activation": "gelu"}
+    cfg = dense.default_config(**shape, target=TARGET)
+    s, tensors = dense.schedule(cfg, **shape)
+    kern = tuner.build(s, tensors, target=TARGET)
+    assert kern.source.count("erf32(") > 1  # a call per lane of the unrolled epilogue
+    x = RNG.standard_normal((7, 29)).astype(np.float32)
+    w = RNG.standard_normal((67, 29)).astype(np.float32)
+    b = RNG.standard_normal(67).astype(np.float32)
+    y = np.full((7, 67), np.nan, np.float32)
+    kern(x, w, b, y)
+    np.testing.assert_allclose(y, dense.reference(x, w, b, "gelu"), rtol=1e-5, atol=1e-5)
+    asm = machine_code(kern)
+    calls = [line for line in asm.splitlines() if "call" in line and re.search("erf32|exp32", line)]
+    assert not calls, calls[:3]
+    if "avx2" in cpu_flags():
+        assert re.search(r"\bv(fmadd\d+|mul)ps\b", asm)
