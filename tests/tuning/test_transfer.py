@@ -10,8 +10,9 @@ from records import LogWriter, Record
 from search_spaces import get_operator
 from tuner.search.model_based import ModelBasedSearch
 from tuner.target import Target
-from tuner.tuning.context import featurizer as _featurizer
+from tuner.task import Task
 from tuner.tuning.context import transfer_data
+from tuner.tuning.featurize import Featurizer
 from tuner.workload import Workload
 
 
@@ -40,7 +41,8 @@ def _setup(args: dict[str, int]):  # type: ignore[no-untyped-def]
     parsed = op.parse_args(args)
     target = Target.from_name("cpu")
     space = op.space(parsed, target)
-    return Workload.make("matmul", **parsed), space, _featurizer(op, parsed, space, target)
+    task = Task.make("matmul", parsed, target)
+    return Workload.make("matmul", **parsed), space, Featurizer(task, space)
 
 
 def test_other_workloads_become_groups_and_this_one_is_left_out(tmp_path: Path) -> None:
@@ -49,7 +51,7 @@ def test_other_workloads_become_groups_and_this_one_is_left_out(tmp_path: Path) 
     _log(log, "softmax", {"M": 8, "N": 16}, 5)
     _log(log, "matmul", {"M": 64, "N": 64, "K": 64}, 6)  # the workload being tuned
     workload, space, featurize = _setup({"M": 64, "N": 64, "K": 64})
-    data = transfer_data([log], workload, Target.from_name("cpu"), space, featurize)
+    data = transfer_data([log], workload, Target.from_name("cpu"), space)
     assert data is not None
     x, seconds, groups = data
     assert x.shape == (17, len(featurize(space.sample(np.random.default_rng(1)))))
@@ -64,7 +66,7 @@ def test_a_transferred_model_ranks_before_the_first_measurement(tmp_path: Path) 
     log = tmp_path / "other.jsonl"
     _log(log, "matmul", {"M": 40, "N": 48, "K": 24}, 40)
     workload, space, featurize = _setup({"M": 64, "N": 64, "K": 64})
-    data = transfer_data([log], workload, Target.from_name("cpu"), space, featurize)
+    data = transfer_data([log], workload, Target.from_name("cpu"), space)
     search = ModelBasedSearch(space, seed=0, features=featurize, transfer=data)
     assert search.model.is_fitted
     picks = search.propose(8, exclude=set())
@@ -78,4 +80,4 @@ def test_no_usable_records_means_no_transfer(tmp_path: Path) -> None:
     log = tmp_path / "same.jsonl"
     _log(log, "matmul", {"M": 64, "N": 64, "K": 64}, 3)
     workload, space, featurize = _setup({"M": 64, "N": 64, "K": 64})
-    assert transfer_data([log], workload, Target.from_name("cpu"), space, featurize) is None
+    assert transfer_data([log], workload, Target.from_name("cpu"), space) is None

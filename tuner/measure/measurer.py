@@ -8,12 +8,12 @@ import multiprocessing
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from records import ErrorKind
 
@@ -22,6 +22,12 @@ from ._signals import sigterm_as_interrupt
 from ._types import Candidate, MeasureOptions, MeasureResult, OnResult
 
 _CTX = multiprocessing.get_context("spawn")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: ``Measurer.map`` runs a shorter list in the calling process (a round trip costs more).
+_MAP_AT_LEAST = 16
 
 
 _TIMEOUT = object()
@@ -237,6 +243,24 @@ class Measurer:
                 if done[i]:
                     final(i)
         return [result(i) for i in range(len(candidates))]
+
+    def map(self, fn: Callable[[list[T]], list[R]], items: Sequence[T]) -> list[R]:
+        """``fn(chunk)`` over ``items`` in the build workers, one chunk each; the results in
+        order. For work between batches, while the workers idle (a search lowering the
+        configs it ranks). ``fn`` is a module-level function; short lists, a single worker
+        or a pool that breaks run it here."""
+        items = list(items)
+        jobs = self.options.jobs
+        if jobs <= 1 or len(items) < _MAP_AT_LEAST:
+            return fn(items)
+        size = -(-len(items) // jobs)
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        try:
+            futures = [self._get_pool().submit(fn, chunk) for chunk in chunks]
+            return [r for fut in futures for r in fut.result()]
+        except BrokenProcessPool:
+            self._drop_pool()
+            return fn(items)
 
     def _cut_above(self, c: Candidate) -> float:
         """Seconds above which ``c``'s first sample ends its timing (0: never, see ``cut_slower``)."""

@@ -21,7 +21,8 @@ from ..space import Config, ConfigSpace
 from .base import Observation, Strategy, register_strategy
 from .study import IN_MEMORY, KnobStudy, StudyPlace
 
-#: Features of one config (knob encoding, loop-nest features of its lowering, ...).
+#: Features of one config (knob encoding, loop-nest features of its lowering, ...). One that
+#: also has ``many(configs) -> rows`` is given every new config of a ranking at once.
 Featurizer = Callable[[Config], np.ndarray]
 
 
@@ -62,11 +63,16 @@ class ModelBasedSearch(Strategy):
         if transfer is not None:
             self._fit()
 
-    def _feat(self, cfg: Config) -> np.ndarray:
-        f = self._features.get(cfg.key)
-        if f is None:
-            f = self._features[cfg.key] = np.asarray(self.featurize(cfg), dtype=np.float64)
-        return f
+    def _feats(self, cfgs: Sequence[Config]) -> np.ndarray:
+        """The features of ``cfgs``, one row each; those not seen before are made in one call
+        of ``featurize.many`` where the featurizer has it (``tuner.tuning.featurize``)."""
+        new = list({c.key: c for c in cfgs if c.key not in self._features}.values())
+        if new:
+            many = getattr(self.featurize, "many", None)
+            rows = many(new) if many is not None else [self.featurize(c) for c in new]
+            for cfg, row in zip(new, rows, strict=True):
+                self._features[cfg.key] = np.asarray(row, dtype=np.float64)
+        return np.stack([self._features[c.key] for c in cfgs])
 
     def observe(self, observations: Sequence[Observation]) -> None:
         super().observe(observations)
@@ -75,7 +81,7 @@ class ModelBasedSearch(Strategy):
 
     def _fit(self) -> None:
         """Refit on this workload's observations (group 0) and the transferred records."""
-        parts_x = [np.stack([self._feat(c) for c, _ in self.history])] if self.history else []
+        parts_x = [self._feats([c for c, _ in self.history])] if self.history else []
         parts_t = [np.array([s for _, s in self.history], dtype=np.float64)]
         parts_g = [np.zeros(len(self.history), dtype=np.int64)]
         if self.transfer is not None:
@@ -87,7 +93,7 @@ class ModelBasedSearch(Strategy):
             self.model.fit(np.vstack(parts_x), np.concatenate(parts_t), np.concatenate(parts_g))
 
     def _score(self, cfgs: list[Config]) -> np.ndarray:
-        scores = self.model.predict(np.stack([self._feat(c) for c in cfgs]))
+        scores = self.model.predict(self._feats(cfgs))
         self._scores.update({c.key: float(s) for c, s in zip(cfgs, scores, strict=True)})
         return scores
 

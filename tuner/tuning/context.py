@@ -29,10 +29,11 @@ from records import LogWriter, Record, load
 from ..measure import Measurer
 from ..search import Strategy, get_strategy
 from ..search.storage import StorageError
-from ..space import Config, ConfigError, ConfigSpace
+from ..space import ConfigError, ConfigSpace
 from ..target import Target
 from ..task import Task, TaskTuner
 from ..workload import Workload
+from .featurize import Featurizer
 from .shared_model import SharedCostModel, share_cost_model
 
 __all__ = ["BatchHook", "TuneContext", "task_strategy", "transfer_data"]
@@ -110,10 +111,10 @@ class TuneContext:
         """
         assert self.log is not None, "TuneContext.tuner outside its with-block"
         space = space if space is not None else task.space
-        strategy = task_strategy(task, space, self.opts)
+        strategy = task_strategy(task, space, self.opts, workers=self.measurer)
         if self.shared is not None:
             index = shared_index if shared_index is not None else len(self.tuners)
-            share_cost_model(strategy, self.shared, index, task)
+            share_cost_model(strategy, self.shared, index, task, workers=self.measurer)
         tt = TaskTuner(task, strategy, self.measurer, self.log, prior, space)
         self._stack.callback(tt.close)
         self.tuners.append(tt)
@@ -145,13 +146,14 @@ class TuneContext:
                 tt.retime(self.opts.retime, also=also(i) if also is not None else ())
 
 
-def task_strategy(task: Task, space: ConfigSpace, opts: Any) -> Strategy:
+def task_strategy(task: Task, space: ConfigSpace, opts: Any, workers: Any = None) -> Strategy:
     """The search strategy ``opts`` names for ``task``, over ``space``.
 
     Its trials live in the Optuna study named by the task's key and the
     hardware's fingerprint (when ``opts.storage`` is given), whichever
     strategy runs it; the cost model sees knob encodings and loop-nest
-    features, warm-started from ``opts.transfer_from``.
+    features (lowered in ``workers``' build processes, see ``Featurizer``),
+    warm-started from ``opts.transfer_from``.
     """
     extra: dict[str, Any] = {}
     if opts.storage:
@@ -160,11 +162,9 @@ def task_strategy(task: Task, space: ConfigSpace, opts: Any) -> Strategy:
             "study_name": task.study_name,
             "claim_timeout": opts.claim_timeout,
         }
-    featurize = featurizer(task.operator, task.args, space, task.target)
+    featurize = Featurizer(task, space, workers)
     if opts.transfer_from:
-        extra["transfer"] = transfer_data(
-            opts.transfer_from, task.workload, task.target, space, featurize
-        )
+        extra["transfer"] = transfer_data(opts.transfer_from, task.workload, task.target, space)
     return get_strategy(
         opts.strategy,
         space,
@@ -176,23 +176,6 @@ def task_strategy(task: Task, space: ConfigSpace, opts: Any) -> Strategy:
     )
 
 
-def featurizer(
-    op: Any, args: dict[str, Any], space: Any, target: Target
-) -> Callable[[Config], Any]:
-    """Knob encoding plus the features of the lowered loop nest (what carries across workloads)."""
-    import numpy as np
-
-    from cost_models import loop_features
-
-    from ..lower.lower import lower
-
-    def features(cfg: Config) -> Any:
-        sched, tensors = op.schedule(cfg, args, target)
-        return np.concatenate([space.encode(cfg), loop_features(lower(sched, tensors), target)])
-
-    return features
-
-
 #: At most this many records of each other workload are learnt from (the fastest first).
 TRANSFER_PER_WORKLOAD = 400
 
@@ -202,7 +185,6 @@ def transfer_data(
     workload: Workload,
     target: Target,
     space: Any,
-    featurize: Callable[[Config], Any],
 ) -> tuple[Any, Any, Any] | None:
     """Features, seconds and group labels of other workloads' records, for the cost model.
 
@@ -243,7 +225,7 @@ def transfer_data(
             except Exception:  # an older space or a template that changed: skip it
                 continue
             try:
-                knobs = np.asarray(featurize(space.validate(r.config)))[:knob_width]
+                knobs = np.asarray(space.encode(space.validate(r.config)), dtype=np.float64)
             except ConfigError:
                 knobs = np.full(knob_width, np.nan)
             rows.append(np.concatenate([knobs, nest]))

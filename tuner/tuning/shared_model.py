@@ -21,13 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from cost_models import CostModel, get_cost_model, loop_features
+from cost_models import CostModel, get_cost_model
 
-from ..lower.lower import lower
 from ..search.base import Strategy
 from ..search.model_based import ModelBasedSearch
-from ..space import Config
 from ..task import Task
+from .featurize import Featurizer
 
 __all__ = ["SharedCostModel", "share_cost_model"]
 
@@ -94,7 +93,9 @@ class _TaskView(CostModel):
         return self.shared.model.is_fitted
 
 
-def share_cost_model(strategy: Strategy, shared: SharedCostModel, index: int, task: Task) -> bool:
+def share_cost_model(
+    strategy: Strategy, shared: SharedCostModel, index: int, task: Task, workers: Any = None
+) -> bool:
     """Give ``strategy`` (task ``index``'s) the shared model and loop-nest features, if it has a model.
 
     Returns whether it was shared: strategies without a cost model (random,
@@ -104,13 +105,5 @@ def share_cost_model(strategy: Strategy, shared: SharedCostModel, index: int, ta
     if not isinstance(strategy, ModelBasedSearch):
         return False
     strategy.model = shared.view(index)
-    strategy.featurize = _loop_featurizer(task)
+    strategy.featurize = Featurizer(task, workers=workers)  # loop-nest features alone
     return True
-
-
-def _loop_featurizer(task: Task) -> Any:
-    def features(cfg: Config) -> np.ndarray:
-        sched, tensors = task.schedule(cfg)
-        return loop_features(lower(sched, tensors), task.target)
-
-    return features
