@@ -21,7 +21,6 @@ the target's fingerprint) and a label for the code measured.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -31,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from csv_rows import append_rows  # noqa: E402
 
 #: (name, operator, arguments): a matmul, a 3 x 3 convolution and a dense layer with gelu.
 WORKLOADS = [
@@ -115,13 +117,8 @@ def main() -> int:
             f"wall/candidate {row['wall_s_per_candidate']:.2f} s  ({row['ok']}/{row['candidates']} ok)",
             flush=True,
         )
-    if a.csv and rows:
-        new = not a.csv.exists()
-        with a.csv.open("a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                w.writeheader()
-            w.writerows(rows)
+    if a.csv:
+        append_rows(a.csv, rows)
     return 0
 
 

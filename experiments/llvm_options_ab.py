@@ -17,7 +17,6 @@ the same (``--null``) shows the run-to-run spread of the machine.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import tempfile
@@ -27,6 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from csv_rows import append_rows  # noqa: E402
 
 #: (operator, arguments, config or None for the default).
 WORKLOADS: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
@@ -216,13 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  build a {row['a_build_s']:5.2f} s  b {row['b_build_s']:5.2f} s",
             flush=True,
         )
-    if opts.csv and rows:
-        new = not opts.csv.exists()
-        with opts.csv.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
+    if opts.csv:
+        append_rows(opts.csv, rows)
     return 0
 
 
