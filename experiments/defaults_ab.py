@@ -1,0 +1,170 @@
+"""Two checkouts' default schedules for one model, compared whole-model in one process.
+
+    # in the other checkout (say a worktree of main before a change to the defaults):
+    python experiments/defaults_ab.py dump MODEL.onnx --out /tmp/before.json
+    # in this one:
+    python experiments/defaults_ab.py compare MODEL.onnx /tmp/before.json --csv results.csv
+
+``dump`` writes the default config of every task of the compiled model (task
+key -> config). ``compare`` compiles the model with this checkout's defaults,
+builds each task whose config in the dump differs with the dumped config (a
+knob the dump lacks takes its ``absent`` value, so a config from before a knob
+existed builds as it did then), and times the whole module both ways, each
+side run a few times after a switch, sides interleaved for ``--rounds``
+rounds, medians. The other side's outputs are checked against this side's.
+Tasks whose key differs between the checkouts (a change of the blocked
+layout's channel block changes the task) keep this side's kernel on both
+sides, and their count is printed.
+
+Timing two processes one after the other on a shared machine mixes the
+change with the machine's drift (5 to 10 % between minutes on the cloud
+machines this project runs on); in one process, interleaved, the drift falls
+on both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from csv_rows import append_rows  # noqa: E402
+
+
+def _plan(model: str) -> tuple[Any, Any]:
+    """The compiled module and its one plan (a model with symbolic input dimensions has none
+    until it runs: it is refused)."""
+    import tuner
+
+    module = tuner.compile_model(model)
+    if len(module.plans) != 1:
+        raise SystemExit(f"defaults_ab: {model} has symbolic input dimensions; export it static")
+    return module, module.plans[0]
+
+
+def dump(model: str, out: str) -> None:
+    _, plan = _plan(model)
+    configs = {
+        s.task.key: s.task.space.validate(s.task.default_config()).to_json() for s in plan.specs
+    }
+    Path(out).write_text(json.dumps(configs, indent=1))
+    print(f"{len(configs)} task defaults of {model} -> {out}")
+
+
+def compare(model: str, other: dict[str, Any], rounds: int, csv: str | None) -> dict[str, Any]:
+    """Time the model with this checkout's defaults and with ``other``'s configs (see the
+    module's docstring); the row it prints (and appends to ``csv``)."""
+    import numpy as np
+
+    from tuner.kernels.opkernel import _build
+    from tuner.space import ConfigError
+
+    module, plan = _plan(model)
+    # a slice of a concatenation written in place keeps its row pitch (tuner.model.inplace)
+    pitch = {v: place.pitch for place in plan.in_place for v in place.parts}
+    steps = list(plan._steps)
+    theirs = list(steps)
+    built: dict[tuple[str, int], Any] = {}
+    differ = missing = 0
+    for j, spec in enumerate(plan.specs):
+        task = spec.task
+        if task.key not in other:
+            missing += 1
+            continue
+        try:
+            cfg = task.space.validate(other[task.key]).to_json()
+        except ConfigError as e:
+            raise SystemExit(f"defaults_ab: the dump's config for {task.key}: {e}") from None
+        if cfg == task.space.validate(task.default_config()).to_json():
+            continue
+        key = (task.key, pitch.get(spec.output, 0))
+        if key not in built:
+            built[key] = _build(task, *task.schedule(cfg), out_pitch=key[1])._fn
+        theirs[j] = (built[key], *steps[j][1:])
+        differ += 1
+    value = plan.values[plan.lowered.inputs[0]]
+    x = np.random.default_rng(0).random(tuple(int(d) for d in value.shape)).astype(np.float32)
+    feeds = {module.input_names[0]: x}
+    want = module.run(feeds)[0].copy()
+    seconds: dict[str, list[float]] = {"this": [], "other": []}
+    for _ in range(rounds):
+        for side, chosen in (("this", steps), ("other", theirs)):
+            plan._steps = chosen
+            for _ in range(3):
+                module.run(feeds)
+            runs = []
+            for _ in range(10):
+                t0 = time.perf_counter()
+                module.run(feeds)
+                runs.append(time.perf_counter() - t0)
+            seconds[side].append(float(np.median(runs)))
+    plan._steps = theirs
+    np.testing.assert_allclose(module.run(feeds)[0], want, rtol=1e-3, atol=1e-3)
+    plan._steps = steps
+    this, that = (1e3 * float(np.median(seconds[k])) for k in ("this", "other"))
+    name = Path(model).stem
+    print(
+        f"{name}: {differ} kernels differ, {missing} tasks not in the dump; this {this:.2f} ms,"
+        f" other {that:.2f} ms, other/this {that / this:.3f}"
+    )
+    from tuner.target import Target
+
+    target = Target.from_name("cpu")
+    row = {
+        "machine": target.get("model", ""),
+        "fingerprint": target.fingerprint,
+        "model": name,
+        "kernels_differ": differ,
+        "tasks_missing": missing,
+        "this_ms": round(this, 3),
+        "other_ms": round(that, 3),
+        "other_over_this": round(that / this, 4),
+        "rounds": rounds,
+    }
+    if csv:
+        append_rows(Path(csv), [row])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dump", help="write this checkout's default configs of a model")
+    d.add_argument("model")
+    d.add_argument("--out", required=True)
+    c = sub.add_parser("compare", help="time this checkout's defaults against a dump's")
+    c.add_argument("model")
+    c.add_argument("other")
+    c.add_argument("--rounds", type=int, default=12)
+    c.add_argument("--csv")
+    args = parser.parse_args(argv)
+    if not Path(args.model).is_file():
+        print(f"defaults_ab: no such model file: {args.model}", file=sys.stderr)
+        return 2
+    if args.command == "dump":
+        dump(args.model, args.out)
+        return 0
+    try:
+        other = json.loads(Path(args.other).read_text())
+    except (OSError, ValueError) as e:
+        print(f"defaults_ab: cannot read the dump {args.other}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(other, dict):
+        print(f"defaults_ab: {args.other} is not a dump (task key -> config)", file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        print("defaults_ab: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    compare(args.model, other, args.rounds, args.csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
