@@ -20,6 +20,16 @@ Timing two processes one after the other on a shared machine mixes the
 change with the machine's drift (5 to 10 % between minutes on the cloud
 machines this project runs on); in one process, interleaved, the drift falls
 on both sides alike.
+
+Where the change alters task keys (a new channel block re-lays the weights),
+``compare`` leaves those tasks alone; then ``time`` (the median of whole-model
+runs in one process) alternated between the checkouts a few times is the
+measure, each side with its own kernel cache::
+
+    for r in 1 2 3; do
+      (cd ../before && TUNER_CACHE_DIR=/tmp/a python experiments/defaults_ab.py time M.onnx)
+      TUNER_CACHE_DIR=/tmp/b python experiments/defaults_ab.py time M.onnx
+    done
 """
 
 from __future__ import annotations
@@ -133,6 +143,26 @@ def compare(model: str, other: dict[str, Any], rounds: int, csv: str | None) -> 
     return row
 
 
+def time_model(model: str, runs: int) -> float:
+    """Median milliseconds of ``runs`` whole-model runs, after five untimed ones."""
+    import numpy as np
+
+    module, plan = _plan(model)
+    value = plan.values[plan.lowered.inputs[0]]
+    x = np.random.default_rng(0).random(tuple(int(d) for d in value.shape)).astype(np.float32)
+    feeds = {module.input_names[0]: x}
+    for _ in range(5):
+        module.run(feeds)
+    seconds = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        module.run(feeds)
+        seconds.append(time.perf_counter() - t0)
+    ms = 1e3 * float(np.median(seconds))
+    print(f"{Path(model).stem}: {ms:.2f} ms (median of {runs} runs)")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -144,12 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("other")
     c.add_argument("--rounds", type=int, default=12)
     c.add_argument("--csv")
+    t = sub.add_parser("time", help="median time of whole-model runs with this checkout")
+    t.add_argument("model")
+    t.add_argument("--runs", type=int, default=40)
     args = parser.parse_args(argv)
     if not Path(args.model).is_file():
         print(f"defaults_ab: no such model file: {args.model}", file=sys.stderr)
         return 2
     if args.command == "dump":
         dump(args.model, args.out)
+        return 0
+    if args.command == "time":
+        if args.runs < 1:
+            print("defaults_ab: --runs must be at least 1", file=sys.stderr)
+            return 2
+        time_model(args.model, args.runs)
         return 0
     try:
         other = json.loads(Path(args.other).read_text())

@@ -174,14 +174,30 @@ def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:
 _EDGE_COST = 8
 
 
-def _efficiency(accumulators: int, depthwise: bool, registers: int) -> float:
-    """Share of the FMA units' peak a register tile keeps busy: accumulators hide the FMA's
-    latency and the broadcast loads between them, fully from half the vector registers, at
-    least 10 (matmul's 12 ran at 1.0 and 8 at 0.8 with 16 registers). With 32 (Zen 5,
-    Inception v3's 3 x 3 of 80 -> 192 channels over a 71 x 71 output, four vectors of
-    channels, ms): 8 accumulators 5.23, 12 3.40 to 3.51, 16 2.60 to 2.75, 24 2.54. A
-    depthwise tile loads a vector for each FMA, so its loads bound it from 4 on."""
-    return min(1.0, accumulators / (4 if depthwise else max(10, registers // 2)))
+def _efficiency(accumulators: int, depthwise: bool, registers: int, width: int = 2) -> float:
+    """Share of the FMA units' peak a register tile ``width`` vectors wide keeps busy.
+
+    Accumulators hide the FMA's latency and the loads between them: 7/8 of the peak from
+    half the vector registers (at least 8), all of it from three quarters (at least 12),
+    linear between; below half, 3/4 less for each half of them missing (1/2 at a quarter).
+    With 16 registers, matmul's 12 ran at 1.0 and 8 at 0.8. With 32 (speed per useful
+    multiply-add, the best tile 1.0): Zen 5, Inception v3's 3 x 3 of 80 -> 192 channels at
+    71 x 71, four vectors of channels, 8 accumulators 0.49, 12 0.74, 16 0.95, 24 1.0; an
+    AVX-512 Xeon (2 threads), ResNet-50's 3 x 3 of 256 channels at 14 x 14, 16 (four
+    vectors by 2 x 2 pixels) 0.74, 14 (two by 7) 0.80, 28 (two by 14) 1.0, and at 7 x 7 of
+    512 channels two by 7 0.80, two by 14 1.0. A tile one vector wide loads a broadcast
+    input for each FMA, so past half the registers its loads bound it: one vector by 14,
+    21 and 28 pixels ran 0.70 to 0.83 on the Xeon's 3 x 3, and RegNet's 1 x 1 of 104
+    channels in blocks of 8 at 28 x 28 1.2 times slower in 6 x 4 pixels than in 4 x 4. A
+    depthwise tile loads a vector for each FMA, so its loads bound it from 4 on.
+    """
+    if depthwise:
+        return min(1.0, accumulators / 4)
+    half, full = max(8, registers // 2), max(12, 3 * registers // 4)
+    if accumulators <= half or width == 1:
+        below = min(accumulators, half)
+        return max(0.875 - 0.75 * (half - below) / half, 0.875 * below / half)
+    return min(1.0, 0.875 + 0.125 * (accumulators - half) / (full - half))
 
 
 def _tile_cost(
@@ -192,7 +208,8 @@ def _tile_cost(
     full = math.prod(n // t for n, t in cover)
     count = math.prod(-(-n // t) for n, t in cover)
     work = (full + _EDGE_COST * (count - full)) * vectors(kr, lanes) * lanes * owr * ohr
-    return work / _efficiency(vectors(kr, lanes) * owr * ohr, depthwise, registers)
+    v = vectors(kr, lanes)
+    return work / _efficiency(v * owr * ohr, depthwise, registers, v)
 
 
 #: Output planes of at most this many pixels read a depthwise window's padding inline.
@@ -229,11 +246,18 @@ def _pad_at(p: Conv2d, depthwise: bool) -> str:
 
 
 def _spare(registers: int) -> int:
-    """Vector registers a tile leaves free beside its live vectors (``_live_vectors``), a
-    tenth: with 32, tiles of 28 accumulators (30 and 31 live) ran 1.1 to 1.2 times slower
-    than tiles of 14 on GoogLeNet's 1 x 1 convolutions at 14 x 14 (Zen 5, 2 threads); with
-    16, one (12 accumulators of two vectors, 15 live)."""
-    return registers // 10
+    """Vector registers a tile leaves free beside its live vectors (``_live_vectors``): one.
+
+    Two vectors of channels by 14 pixels (28 accumulators, 31 live) compile without a spill
+    (LLVM's code for the Xeon and for Zen 5 alike: two weight vectors, the broadcast input
+    in one or two registers) and were the fastest tile on an AVX-512 Xeon (2 threads) for
+    ResNet-50's and GoogLeNet's convolutions at 56 x 56 to 14 x 14, 1.05 to 1.35 times
+    faster than 14 accumulators. Zen 5 measured the opposite on GoogLeNet's 1 x 1 at 14 x
+    14 (1.1 to 1.2 times slower than tiles of 14), and a tenth of the registers stayed free
+    until 2026-12-06; not measured there since. Four vectors by 7 pixels (33 live) spill on
+    both.
+    """
+    return 1
 
 
 def _live_vectors(kr: int, owr: int, ohr: int, lanes: int) -> int:
@@ -253,11 +277,20 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
 
     Candidates are one to four vectors of channels (or the exact half-vector tiles of
     ``exact_channel_tiles``) by any column tile (the width's divisors among them) by one to
-    four rows, within the accumulator registers; the cost
-    (``_tile_cost``) weighs the work edge tiles waste against how well the tile hides the
-    FMA's latency. Weights larger than half of L2 are streamed once per channel block
-    (``outer=channels``) rather than once per row block; the weight's layout HWIO needs no
-    packing; padding as ``_pad_at`` says.
+    four rows, within the accumulator registers and with ``_spare`` registers free beside
+    the live vectors (``_live_vectors``); the cost (``_tile_cost``) weighs the work edge
+    tiles waste against how well the tile keeps the FMA units busy (``_efficiency``), and,
+    where the threads share out row blocks (``outer=rows``), how evenly they do. An odd
+    count of row blocks turns the split channel-major (``_shared_out``), each thread then
+    reading the whole input image, half of it written by the other core's previous kernel:
+    on an AVX-512 Xeon (2 threads) two vectors by 7 x 2 pixels at 14 x 14 (7 row blocks)
+    ran MobileNetV2's 1 x 1 convolutions 1.1 to 1.2 times slower in the model than 7 x 1
+    did, and as fast alone; counting the evenness, 14 x 1 pixels instead (whole models,
+    default schedules, against the defaults before:
+    ResNet-50 42.6-45.3 -> 37.7-38.8 ms, MobileNetV2 4.82-4.94 -> 4.48-4.58, GoogLeNet
+    14.4-14.9 -> 13.2-14.3, MNASNet 5.06-5.23 -> 4.59-4.80). Weights larger than half of
+    L2 are streamed once per channel block (``outer=channels``) rather than once per row
+    block; the weight's layout HWIO needs no packing; padding as ``_pad_at`` says.
 
     An output of one pixel per image (the squeeze-and-excitation layers' 1 x 1 convolutions
     of a pooled image) takes whole vectors only: there a tile of two and a half vectors ran
@@ -284,17 +317,24 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         and _live_vectors(kr, owr, ohr, L)
         <= target.vector_registers - _spare(target.vector_registers)
     ]
-    kr, owr, ohr = min(
-        candidates,
-        key=lambda t: (
-            _tile_cost(p, t[0], t[1], t[2], L, depthwise, target.vector_registers),
-            -t[0],
-        ),
-    )
     weight_bytes = 4 * p.K * p.Cg * p.R * p.S
     image_bytes = 4 * p.N * p.H * p.W * p.C
     l2 = int(target.get("l2_bytes", 1 << 20))
     outer = "channels" if weight_bytes > l2 // 2 and weight_bytes > image_bytes else "rows"
+
+    def shared(t: tuple[int, int, int]) -> float:
+        """How evenly the tile's row blocks share out over the threads, where they do."""
+        if outer != "rows" or target.threads < 2:
+            return 1.0
+        return evenness(p.N * -(-p.OH // t[2]), 1, target.threads)
+
+    kr, owr, ohr = min(
+        candidates,
+        key=lambda t: (
+            _tile_cost(p, t[0], t[1], t[2], L, depthwise, target.vector_registers) / shared(t),
+            -t[0],
+        ),
+    )
     outer = _shared_out(p, outer, kr, ohr, target.threads)
     return {
         "vector": "k",

@@ -43,6 +43,7 @@ def test_a_dump_with_other_configs_is_built_checked_and_timed(tmp_path: Path) ->
     assert row["other_over_this"] == pytest.approx(row["other_ms"] / row["this_ms"], rel=0.01)
     (written,) = list(csv.DictReader(out.open()))
     assert written["model"] == RESNET.stem and int(written["kernels_differ"]) >= len(changed)
+    assert defaults_ab.time_model(str(RESNET), runs=3) > 0
 
 
 def test_bad_input_is_one_line_and_exit_2(
@@ -54,6 +55,8 @@ def test_bad_input_is_one_line_and_exit_2(
     bad.write_text("{not json")
     assert defaults_ab.main(["compare", str(RESNET), str(bad)]) == 2
     assert "cannot read the dump" in capsys.readouterr().err
+    assert defaults_ab.main(["time", str(RESNET), "--runs", "0"]) == 2
+    assert "--runs must be at least 1" in capsys.readouterr().err
     bad.write_text("[1, 2]")
     assert defaults_ab.main(["compare", str(RESNET), str(bad)]) == 2
     assert "is not a dump" in capsys.readouterr().err
