@@ -59,11 +59,37 @@ def _plan(model: str) -> tuple[Any, Any]:
     return module, module.plans[0]
 
 
+def _default(task: Any) -> dict[str, Any]:
+    """``task``'s default config as a record writes it (absent knobs filled in)."""
+    return dict(task.space.validate(task.default_config()).to_json())
+
+
+def _feeds(module: Any, plan: Any) -> dict[str, Any]:
+    """Random inputs for the model's one input (seeded: both sides run the same)."""
+    import numpy as np
+
+    value = plan.values[plan.lowered.inputs[0]]
+    x = np.random.default_rng(0).random(tuple(int(d) for d in value.shape)).astype(np.float32)
+    return {module.input_names[0]: x}
+
+
+def _median_seconds(module: Any, feeds: dict[str, Any], runs: int, untimed: int) -> float:
+    """Median seconds of ``runs`` whole-model runs after ``untimed`` ones."""
+    import numpy as np
+
+    for _ in range(untimed):
+        module.run(feeds)
+    seconds = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        module.run(feeds)
+        seconds.append(time.perf_counter() - t0)
+    return float(np.median(seconds))
+
+
 def dump(model: str, out: str) -> None:
     _, plan = _plan(model)
-    configs = {
-        s.task.key: s.task.space.validate(s.task.default_config()).to_json() for s in plan.specs
-    }
+    configs = {s.task.key: _default(s.task) for s in plan.specs}
     Path(out).write_text(json.dumps(configs, indent=1))
     print(f"{len(configs)} task defaults of {model} -> {out}")
 
@@ -92,29 +118,20 @@ def compare(model: str, other: dict[str, Any], rounds: int, csv: str | None) -> 
             cfg = task.space.validate(other[task.key]).to_json()
         except ConfigError as e:
             raise SystemExit(f"defaults_ab: the dump's config for {task.key}: {e}") from None
-        if cfg == task.space.validate(task.default_config()).to_json():
+        if cfg == _default(task):
             continue
         key = (task.key, pitch.get(spec.output, 0))
         if key not in built:
             built[key] = _build(task, *task.schedule(cfg), out_pitch=key[1])._fn
         theirs[j] = (built[key], *steps[j][1:])
         differ += 1
-    value = plan.values[plan.lowered.inputs[0]]
-    x = np.random.default_rng(0).random(tuple(int(d) for d in value.shape)).astype(np.float32)
-    feeds = {module.input_names[0]: x}
+    feeds = _feeds(module, plan)
     want = module.run(feeds)[0].copy()
     seconds: dict[str, list[float]] = {"this": [], "other": []}
     for _ in range(rounds):
         for side, chosen in (("this", steps), ("other", theirs)):
             plan._steps = chosen
-            for _ in range(3):
-                module.run(feeds)
-            runs = []
-            for _ in range(10):
-                t0 = time.perf_counter()
-                module.run(feeds)
-                runs.append(time.perf_counter() - t0)
-            seconds[side].append(float(np.median(runs)))
+            seconds[side].append(_median_seconds(module, feeds, runs=10, untimed=3))
     plan._steps = theirs
     np.testing.assert_allclose(module.run(feeds)[0], want, rtol=1e-3, atol=1e-3)
     plan._steps = steps
@@ -145,20 +162,8 @@ def compare(model: str, other: dict[str, Any], rounds: int, csv: str | None) -> 
 
 def time_model(model: str, runs: int) -> float:
     """Median milliseconds of ``runs`` whole-model runs, after five untimed ones."""
-    import numpy as np
-
     module, plan = _plan(model)
-    value = plan.values[plan.lowered.inputs[0]]
-    x = np.random.default_rng(0).random(tuple(int(d) for d in value.shape)).astype(np.float32)
-    feeds = {module.input_names[0]: x}
-    for _ in range(5):
-        module.run(feeds)
-    seconds = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        module.run(feeds)
-        seconds.append(time.perf_counter() - t0)
-    ms = 1e3 * float(np.median(seconds))
+    ms = 1e3 * _median_seconds(module, _feeds(module, plan), runs, untimed=5)
     print(f"{Path(model).stem}: {ms:.2f} ms (median of {runs} runs)")
     return ms
 

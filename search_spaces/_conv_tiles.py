@@ -140,6 +140,11 @@ def default_config(p: Conv2d, target: Target | None = None) -> dict[str, Any]:
     }
 
 
+def _blocks(p: Conv2d, kr: int, ohr: int) -> tuple[int, int]:
+    """(row blocks of all images, channel blocks) of a KR x OHR tiling."""
+    return p.N * -(-p.OH // ohr), -(-p.K // kr)
+
+
 def _splits(p: Conv2d, outer: str, kr: int, ohr: int, target: Target) -> bool:
     """Whether the parallel loop (the outermost: row blocks or channel blocks) has more than
     one iteration to share, and enough multiply-adds to pay for waking the other threads
@@ -148,7 +153,7 @@ def _splits(p: Conv2d, outer: str, kr: int, ohr: int, target: Target) -> bool:
     launching threads for it cost more than its work (Zen 5, two threads: 24 -> 72 channels
     3.0 us serial against 6.3 parallel; 120 -> 480 4.2 against 7.3; 960 -> 240, 230 thousand
     multiply-adds, 10.3 against 9.0)."""
-    rows, channels = p.N * -(-p.OH // ohr), -(-p.K // kr)
+    rows, channels = _blocks(p, kr, ohr)
     blocks = {"rows": rows, "channels": channels}.get(outer, rows * channels)
     return blocks > 1 and parallel_pays(p.macs, target)
 
@@ -161,7 +166,7 @@ def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:
     1 x 1 convolution of 1152 -> 320 channels at 7 x 7 has 5 channel blocks of 64, so one
     thread did 3 and the other 2 (0.110 ms against onnxruntime's 0.080, Zen 5); 35 pairs
     share out evenly."""
-    rows, channels = p.N * -(-p.OH // ohr), -(-p.K // kr)
+    rows, channels = _blocks(p, kr, ohr)
     blocks = rows if outer == "rows" else channels
     if threads > 1 and evenness(blocks, 1, threads) < 0.9 < evenness(rows * channels, 1, threads):
         return "both"
@@ -326,7 +331,7 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         """How evenly the tile's row blocks share out over the threads, where they do."""
         if outer != "rows" or target.threads < 2:
             return 1.0
-        return evenness(p.N * -(-p.OH // t[2]), 1, target.threads)
+        return evenness(_blocks(p, t[0], t[2])[0], 1, target.threads)
 
     kr, owr, ohr = min(
         candidates,
