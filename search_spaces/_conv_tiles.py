@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "channel_tiles",
     "channels_last_default",
+    "chunks",
     "column_tiles",
     "default_config",
     "tiles",
@@ -66,6 +67,12 @@ def column_tiles(p: Conv2d, lanes: int) -> list[int]:
     if p.nhwc:
         out |= {d for d in range(1, min(p.OW, 32) + 1) if p.OW % d == 0}
     return sorted(out)
+
+
+def chunks(p: Conv2d) -> list[int]:
+    """Input channels a chunked reduction takes at a time (``chunk``): 8 to 64 that divide
+    the group's channels, fewer than all of them; channels-last only."""
+    return [c for c in (8, 16, 32, 64) if p.nhwc and c < p.Cg and p.Cg % c == 0]
 
 
 def _largest(choices: list[int], limit: int) -> int:
@@ -220,10 +227,24 @@ def _tile_cost(
 #: Output planes of at most this many pixels read a depthwise window's padding inline.
 _SMALL_PLANE = 64
 
+#: Share of a depthwise window's taps in the padding up to which it reads the padding inline.
+_INLINE_PADDING = 0.1
 
-def _pad_at(p: Conv2d, depthwise: bool) -> str:
-    """Where a channels-last convolution pads its input: per row block, or inline on small
-    depthwise planes.
+
+def _padding_share(p: Conv2d) -> float:
+    """Share of the window taps over all output pixels that fall in the zero padding."""
+
+    def outside(size: int, out: int, taps: int) -> float:
+        spots = (o * p.stride - p.pad + t * p.dilation for o in range(out) for t in range(taps))
+        return sum(not 0 <= x < size for x in spots) / (out * taps)
+
+    rows, cols = outside(p.H, p.OH, p.R), outside(p.W, p.OW, p.S)
+    return 1 - (1 - rows) * (1 - cols)
+
+
+def _pad_at(p: Conv2d, depthwise: bool, kr: int, lanes: int, outer: str) -> str:
+    """Where a channels-last convolution pads its input: per row block; a depthwise one inline
+    or per channel block of those rows.
 
     A padded copy of the whole image (``root``) is written, then read again from
     memory after it has left the cache; the rows a block of output rows reads,
@@ -244,10 +265,31 @@ def _pad_at(p: Conv2d, depthwise: bool) -> str:
     and 0.027 ms against rows 0.031 and 0.043 (576 x 14 x 14 5 x 5 stride 2; 1152 x
     7 x 7 5 x 5); a dense convolution's conditional load is in its innermost loop
     (inline: 0.98 ms against 0.46 at 64 x 56 x 56), so it always copies.
+
+    A depthwise block of channels reads only its own input channels, so its padded rows
+    are copied per channel block (``block``: 44 kB of MobileNetV2's 56 x 56 x 144 at 2
+    rows against 134 kB for all channels, in L1 rather than L2); on larger planes, tiles of
+    whole vectors of channels read their padding inline, their conditional loads cheaper
+    than any copy, where at most a tenth of the window's taps fall in the padding
+    (``_padding_share``: 9 % for 3 x 3 at 14 x 14, 16 % for 5 x 5 at 14 x 14, 8 % at 28 x
+    28, 4 % for 5 x 5 stride 2 at 56 x 56). An AVX-512 Xeon (2 threads), every depthwise
+    layer of MobileNetV2 and MNASNet in the model, rows / block / inline, ms: 28 x 28 x 192
+    0.068 / 0.055 / 0.035, 14 x 14 x 576 0.058 / 0.031 / 0.030, 112 x 112 x 96 stride 2
+    0.211 / 0.200 / 0.145, 56 x 56 x 144 0.125 / 0.134 / 0.127; but tiles of a vector and
+    a half inline ran twice as slow (MNASNet's 72 channels in 24s: 0.083 / 0.069 / 0.125),
+    and 5 x 5 windows at stride 1 (more taps in the padding) slower too (480 x 14 x 14:
+    0.098 / 0.069 / 0.076; 120 x 28 x 28 in 40s: 0.097 / 0.090 / 0.106), while EfficientNet's
+    5 x 5 on planes of 28 and 56 ran faster inline (240 x 28 x 28 block 0.159, inline
+    0.128; 144 x 56 x 56 stride 2 0.106 / 0.082; whole model 1.008x). The Zen 5 figures
+    above are from before the copy per block; not re-measured there.
     """
     if not p.pad:
         return "none"
-    return "inline" if depthwise and p.OH * p.OW <= _SMALL_PLANE else "rows"
+    if not depthwise:
+        return "rows"
+    if p.OH * p.OW <= _SMALL_PLANE or (kr % lanes == 0 and _padding_share(p) <= _INLINE_PADDING):
+        return "inline"
+    return "block" if outer == "rows" else "rows"
 
 
 def _spare(registers: int) -> int:
@@ -277,6 +319,39 @@ def _live_vectors(kr: int, owr: int, ohr: int, lanes: int) -> int:
     return v * owr * ohr + v + 1
 
 
+#: Reduction steps (input channels x window taps) a chunk runs at least between two loads of
+#: its partial sums.
+_CHUNK_STEPS = 64
+
+
+def _chunk(p: Conv2d, kr: int, target: Target) -> int:
+    """Input channels each chunk of a streamed-weight convolution's reduction takes (0: none).
+
+    With the channel blocks outermost (weights larger than half of L2), each row block
+    of a channel block read the block's whole weight panel again, from L2 (and from L3
+    the first time, the panel cold from the previous inference); the row block's FMAs
+    waited on it. Chunked, a chunk of input channels runs over every row block while its
+    slice of the panel stays in L1, the partial sums of the whole block kept in a buffer
+    and loaded back at the next chunk; the panel then streams once, spread over all the
+    block's work. It pays where the block's partial sums, the chunk's weights and its
+    slice of the input fit L1 together, and each chunk has enough steps (``_CHUNK_STEPS``)
+    to pay for loading the partial sums back: the smallest such chunk. On an AVX-512 Xeon
+    (2 threads, ResNet-50 in the model, default tiles, ms): 3 x 3 of 512 channels at 7 x 7
+    1.54 unchunked, 1.06 in chunks of 8, 1.15 of 16; 512 at 14 x 14 stride 2 1.73 / 1.27
+    / 1.33; 256 at 14 x 14 0.96 / 0.85 / 0.85; 1 x 1 2048 -> 512 at 7 x 7 0.63 / 0.58 in
+    chunks of 64; but 1 x 1 1024 -> 512 at 14 x 14 (100 kB of partial sums and input per
+    chunk) 0.82 unchunked, 0.90 in chunks of 64, 1.09 of 16.
+    """
+    pixels = p.N * p.OH * p.OW
+    padded = p.N * (p.H + 2 * p.pad) * (p.W + 2 * p.pad)
+    for cc in chunks(p):
+        steps = cc * p.R * p.S
+        footprint = 4 * (pixels * kr + steps * kr + padded * cc)
+        if steps >= _CHUNK_STEPS and footprint <= target.l1d_bytes:
+            return cc
+    return 0
+
+
 def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     """NHWC's default: the register tile of least estimated cost, output channels its vectors.
 
@@ -295,7 +370,8 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     ResNet-50 42.6-45.3 -> 37.7-38.8 ms, MobileNetV2 4.82-4.94 -> 4.48-4.58, GoogLeNet
     14.4-14.9 -> 13.2-14.3, MNASNet 5.06-5.23 -> 4.59-4.80). Weights larger than half of
     L2 are streamed once per channel block (``outer=channels``) rather than once per row
-    block; the weight's layout HWIO needs no packing; padding as ``_pad_at`` says.
+    block, their reduction in chunks where ``_chunk`` finds one that fits L1; the weight's
+    layout HWIO needs no packing; padding as ``_pad_at`` says.
 
     An output of one pixel per image (the squeeze-and-excitation layers' 1 x 1 convolutions
     of a pooled image) takes whole vectors only: there a tile of two and a half vectors ran
@@ -342,6 +418,7 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     )
     outer = _shared_out(p, outer, kr, ohr, target.threads)
     return {
+        "chunk": _chunk(p, kr, target) if outer == "channels" else 0,
         "vector": "k",
         "kr": kr,
         "owr": owr,
@@ -349,7 +426,7 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         "reduction": "rsc",
         "outer": outer,
         "pack_w": p.weights == "OIHW",
-        "pad_at": _pad_at(p, depthwise),
+        "pad_at": _pad_at(p, depthwise, kr, L, outer),
         "unroll_window": False,
         "parallel": _splits(p, outer, kr, ohr, target),
     }

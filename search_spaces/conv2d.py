@@ -8,7 +8,9 @@ weight ``W[K, C/groups, R, S]`` in both layouts, an optional bias ``B[K]``; the
 output is ``Y[N, K, OH, OW]`` (or ``Y[N, OH, OW, K]``). Padding is a stage
 ``Xp`` of the padded input, copied once at the root, inlined into the
 convolution as a conditional load, or copied per block of output rows (the
-rows that block reads, just before their use: ``pad_at=rows``). With an
+rows that block reads, just before their use: ``pad_at=rows``), or, where a
+block of output channels reads only some input channels (groups), per channel
+block of those rows (``pad_at=block``). With an
 epilogue in NHWC, each register tile's sum is a stage computed inside the
 output's tile loop, so the epilogue reads it back from L1 right after it.
 
@@ -23,6 +25,18 @@ The schedule is a direct convolution, register-blocked like a matmul micro-kerne
             for ohi, owi, ki:               # the tile: KR channels (or OWR columns) one SIMD axis
               acc[ohi, owi, ki] += Xp[n, c, oh*stride + r*dil, ow*stride + s*dil] * Wpack[ko, c, r, s, ki]
           store the tile into Y
+
+With ``chunk`` (channels-last, channel blocks outermost), the reduction over input
+channels goes in chunks, each over every row block of the channel block while its slice
+of the weights stays in L1; the block's partial sums wait in a buffer between chunks
+(the epilogue runs on the block once the last chunk is done)::
+
+    for ko in K / KR:                       # parallel
+      for co in C / chunk:
+        for row, owo:
+          load the tile's partial sums (zero at the first chunk)
+          for r, s, c in chunk: ...         # as above
+          store them
 
 ``vector=k`` makes the output channels the SIMD axis (a vector load of packed
 weights times a broadcast input, the layout NCHWc kernels use; the only choice
@@ -61,6 +75,7 @@ from ._conv_params import Conv2d
 from ._conv_tiles import (
     channel_tiles,
     channels_last_default,
+    chunks,
     column_tiles,
     default_config,
     exact_channel_tiles,
@@ -78,6 +93,7 @@ __all__ = [
     "Conv2d",
     "bytes_moved",
     "channels_last_default",
+    "chunks",
     "config_space",
     "default_config",
     "define",
@@ -129,9 +145,10 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     sp.define_knob("reduction", ["crs", "rsc"])
     sp.define_knob("outer", ["rows", "channels", "both"])
     sp.define_knob("pack_w", [False] if p.blocked else [True, False])
-    sp.define_knob("pad_at", ["root", "inline", "rows"] if p.pad else ["none"])
+    sp.define_knob("pad_at", _pad_places(p))
     sp.define_knob("unroll_window", [False, True])
     sp.define_knob("parallel", [True, False])
+    sp.define_knob("chunk", [0, *chunks(p)], absent=0)
 
     def accumulators(c: Any) -> int:
         if c["vector"] == "k":
@@ -155,7 +172,24 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
         lambda c: c["kr"] < p.K + L and c["owr"] < p.OW + L and c["ohr"] <= p.OH,
         "tiles no larger than the output (by less than one vector)",
     )
+    sp.add_constraint(
+        lambda c: c["pad_at"] != "block" or c["outer"] == "rows",
+        "the padded rows are copied per channel block only with the row blocks outermost",
+    )
+    sp.add_constraint(
+        lambda c: c["chunk"] == 0 or c["outer"] == "channels",
+        "the reduction is chunked only with the channel blocks outermost",
+    )
     return sp.freeze()
+
+
+def _pad_places(p: Conv2d) -> list[str]:
+    """Where the input is padded (``pad_at``): a copy of the whole image, inline, the rows
+    each row block reads, and, where a channel block reads only some of the input channels
+    (groups), those rows of its own channels (``block``)."""
+    if not p.pad:
+        return ["none"]
+    return ["root", "inline", "rows", *(["block"] if p.groups > 1 else [])]
 
 
 def _tile_axes(p: Conv2d, s: Schedule, T: Tensor) -> tuple[Any, Any, Any, Any]:
@@ -192,6 +226,7 @@ def schedule(
     ``target`` (the host CPU when None) gives the epilogue's vector width.
     """
     kr, ohr = int(cfg["kr"]), int(cfg["ohr"])
+    chunk = int(cfg.get("chunk", 0))  # absent from configs written before the knob
     t = stages(p)
     conv, Y = t["conv"], t["Y"]
     s = te.create_schedule(Y)
@@ -212,10 +247,12 @@ def schedule(
         s[Y].reorder(*outer, owo, ohi, owi, ki)
         outer = _fused_outer(cfg, s, Y, outer)
         s[Y].vectorize(ki)
-        s[conv].compute_at(s[Y], owo)
+        # chunked, the sum of a whole channel block (every row) is done chunk by chunk
+        s[conv].compute_at(s[Y], outer[0] if chunk else owo)
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
-        row_loop = (Y, outer[-1 if cfg["outer"] == "channels" else 0])
+        if not chunk:
+            row_loop = (Y, _pad_loop(cfg, outer))
     elif p.has_epilogue:
         n, k, oh, ow = _tile_axes(p, s, Y)
         oho, ohi = s[Y].split(oh, factor=ohr)
@@ -233,9 +270,9 @@ def schedule(
         s[conv].compute_at(s[Y], outer[-1])
         if cfg["parallel"]:
             s[Y].parallel(outer[0])
-        row_loop = (Y, outer[-1 if cfg["outer"] == "channels" else 0])
+        row_loop = (Y, _pad_loop(cfg, outer))
     nest_row = _conv_nest(cfg, p, s, t, parallel=bool(cfg["parallel"]) and not p.has_epilogue)
-    if cfg["pad_at"] == "rows":
+    if cfg["pad_at"] in ("rows", "block"):
         stage, loop = row_loop or (conv, nest_row)
         s[t["Xp"]].compute_at(s[stage], loop)
     return s, arguments(p, t)
@@ -246,8 +283,8 @@ def _conv_nest(
 ) -> Any:
     """Tile the convolution stage: outer loops, the register tile and the reduction inside it.
 
-    Returns its loop over (image, row block), where ``pad_at=rows`` copies the padded rows
-    that block reads.
+    Returns the loop where ``pad_at=rows`` or ``block`` copies the padded input
+    (``_pad_loop``).
     """
     kr, owr, ohr = int(cfg["kr"]), int(cfg["owr"]), int(cfg["ohr"])
     T = t["conv"]
@@ -256,10 +293,16 @@ def _conv_nest(
     ko, ki = s[T].split(k, factor=kr)
     oho, ohi = s[T].split(oh, factor=ohr)
     owo, owi = s[T].split(ow, factor=owr)
+    chunk: list[Any] = []
+    if cfg.get("chunk", 0):
+        co, c = s[T].split(c, factor=int(cfg["chunk"]))
+        chunk = [co]
     red = [c, r, sw] if cfg["reduction"] == "crs" else [r, sw, c]
     tile = [ohi, owi, ki] if cfg["vector"] == "k" else [ohi, ki, owi]
     outer = _outer_loops(cfg, s, T, n, oho, ko)
-    s[T].reorder(*outer, owo, *red, *tile)
+    # a chunk of input channels goes over every row block of the channel block, its
+    # weights in L1 meanwhile (see ``_conv_tiles._chunk``)
+    s[T].reorder(outer[0], *chunk, *outer[1:], owo, *red, *tile)
     outer = _fused_outer(cfg, s, T, outer)
     if parallel:
         s[T].parallel(outer[0])
@@ -278,6 +321,15 @@ def _conv_nest(
             wk, wc, wr, ws = s[WP].op.axis
         wko, wki = s[WP].split(wk, factor=kr)
         s[WP].reorder(wko, *([wc, wr, ws] if cfg["reduction"] == "crs" else [wr, ws, wc]), wki)
+    return _pad_loop(cfg, outer)
+
+
+def _pad_loop(cfg: Mapping[str, Any], outer: list[Any]) -> Any:
+    """The loop ``pad_at=rows`` or ``block`` copies the padded input at: the row block's
+    (inside the channel block's with the channel blocks outermost), or, ``block``, the
+    channel block's inside the row block's."""
+    if cfg["pad_at"] == "block":
+        return outer[1]
     return outer[-1 if cfg["outer"] == "channels" else 0]
 
 

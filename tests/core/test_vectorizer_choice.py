@@ -182,10 +182,13 @@ def test_small_scratch_lives_on_the_stack_of_the_function_that_uses_it() -> None
     pool = tuner.build_op("fused", target=TARGET, graph=_max_pool(24, 13, 1, 2)).kernel
     assert "t0_b = carray(stack_empty(24, np.float32)" in pool.source
     assert "np.empty" not in pool.source
-    conv = tuner.build_op(
-        "conv2d", target=TARGET, N=1, C=96, H=112, W=112, K=96, R=3, S=3, pad=1, stride=2,
-        groups=96, layout="NHWC", weights="blocked", block=48, bias=True, epilogue="relu",
-    ).kernel  # fmt: skip
+    from search_spaces import conv2d as cv
+    from search_spaces.conv2d import Conv2d
+
+    p = Conv2d(1, 96, 112, 112, 96, 3, 3, pad=1, stride=2, groups=96, layout="NHWC",
+               weights="blocked", block=48, bias=True, epilogue="relu")  # fmt: skip
+    cfg = {**cv.default_config(p, TARGET), "pad_at": "rows"}  # the padded rows of all channels
+    conv = tuner.build(*cv.schedule(cfg, p, TARGET), target=TARGET)
     entry = conv.source.split("\ndef kernel(", 1)[1]
     assert re.search(r"np.empty\(\d+, np.float32\)", entry) and "Xp" in entry  # the heap
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import tuner
 from search_spaces import OperatorError, get_operator
 from search_spaces import conv2d as cv
 from search_spaces.conv2d import Conv2d
+from tuner.space import ConfigError
 from tuner.target import Target
 
 from .targets import AVX2, AVX512
@@ -252,25 +254,41 @@ ROWS_SHAPES = [
 @pytest.mark.parametrize("shape", ROWS_SHAPES)
 @pytest.mark.parametrize("epilogue", ["relu", "add@f;relu"])
 def test_padding_per_row_block_and_the_tile_epilogue_match_numpy(shape: str, epilogue: str) -> None:
-    """pad_at=rows copies the padded rows each row block reads; in NHWC the epilogue runs on
-    each register tile: both against the reference, over random tiles, both loop orders."""
+    """pad_at=rows copies the padded rows each row block reads (``block``: those of each
+    channel block's channels); in NHWC the epilogue runs on each register tile: both
+    against the reference, over random tiles, both loop orders."""
+    overrides = [{"pad_at": "rows", "outer": outer} for outer in ("rows", "channels", "both")]
+    if "groups" in shape:  # a channel block reads its own channels: their rows per block
+        overrides.append({"pad_at": "block", "outer": "rows"})
+    _random_configs_match_numpy(shape, 1, epilogue, overrides, seed=3)
+
+
+def _random_configs_match_numpy(
+    shape: str, images: int, epilogue: str, overrides: list[dict[str, Any]], seed: int
+) -> None:
+    """Channels-last ``shape`` (with a bias and ``epilogue``): a random config with each of
+    ``overrides`` applied matches the reference."""
     op = get_operator("conv2d")
     raw = dict(kv.split("=") for kv in shape.split(","))
-    args = op.parse_args({**raw, "N": "1", "layout": "NHWC", "bias": "true", "epilogue": epilogue})
+    args = op.parse_args(
+        {**raw, "N": str(images), "layout": "NHWC", "bias": "true", "epilogue": epilogue}
+    )
     space = op.space(args, AVX512)
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     inputs_ = op.make_inputs(args, target=AVX512)
     want = op.reference(*inputs_, **args)
-    for outer in ("rows", "channels", "both"):
-        cfg = dict(space.sample(rng).to_json())
-        cfg.update(pad_at="rows", outer=outer)
+    for override in overrides:
+        cfg = {**space.sample(rng).to_json(), **override}
         s, tensors = op.schedule(space.validate(cfg), args, AVX512)
         out = np.full(tensors[-1].shape_ints, 12345, np.float32)
         tuner.build(s, tensors)(*inputs_, out)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(cfg))
 
 
-def test_a_default_pads_per_row_block_but_a_depthwise_one_inline_on_a_tiny_plane() -> None:
+def test_a_default_pads_per_row_block_but_a_depthwise_one_per_channel_block_or_inline() -> None:
+    """Depthwise: inline on a tiny plane, or with whole vectors of channels and at most a
+    tenth of the window's taps in the padding; else the rows of each channel block's
+    channels."""
     op = get_operator("conv2d")
 
     def pad_at(raw: str) -> str:
@@ -279,7 +297,13 @@ def test_a_default_pads_per_row_block_but_a_depthwise_one_inline_on_a_tiny_plane
         )
         return str(op.default_config(args, AVX512)["pad_at"])
 
-    assert pad_at("C=48,H=112,W=112,K=48,R=3,S=3,pad=1,stride=2,groups=48") == "rows"
+    assert pad_at("C=48,H=112,W=112,K=48,R=3,S=3,pad=1,stride=2,groups=48") == "inline"
+    assert pad_at("C=72,H=56,W=56,K=72,R=3,S=3,pad=1,groups=72,weights=blocked,block=24") == (
+        "block"  # a vector and a half of channels
+    )
+    # 5 x 5: 16 % of the taps in the padding at 14 x 14, 8 % at 28 x 28
+    assert pad_at("C=480,H=14,W=14,K=480,R=5,S=5,pad=2,groups=480") == "block"
+    assert pad_at("C=240,H=28,W=28,K=240,R=5,S=5,pad=2,groups=240") == "inline"
     assert pad_at("C=96,H=14,W=14,K=96,R=5,S=5,pad=2,stride=2,groups=96") == "inline"
     assert pad_at("C=64,H=56,W=56,K=64,R=3,S=3,pad=1") == "rows"  # dense: rows in cache
     assert pad_at("C=512,H=7,W=7,K=512,R=3,S=3,pad=1") == "rows"  # dense: never inline
@@ -362,3 +386,69 @@ def test_a_channels_last_default_fills_half_the_registers_on_an_output_no_tile_d
     cfg = op.default_config(args, avx2)
     v = -(-cfg["kr"] // 8)
     assert v * cfg["owr"] * cfg["ohr"] + v + 1 <= 16 - 1, cfg
+
+
+CHUNK_SHAPES = [
+    # 3 x 3 over a 7 x 7 plane (ResNet's last stage, small); 1 x 1 on an odd plane, no
+    # epilogue; a strided grouped window whose group's channels the chunk divides
+    "C=48,H=7,W=7,K=40,R=3,S=3,pad=1,stride=1,block=16,weights=blocked",
+    "C=96,H=5,W=9,K=24,R=1,S=1,pad=0,stride=1",
+    "C=64,H=9,W=11,K=32,R=3,S=3,pad=1,stride=2,groups=2",
+]
+
+
+@pytest.mark.parametrize("shape", CHUNK_SHAPES)
+@pytest.mark.parametrize("epilogue", ["none", "add@f;relu"])
+def test_a_reduction_chunked_over_input_channels_matches_numpy(shape: str, epilogue: str) -> None:
+    """``chunk``: each chunk of input channels runs over every row block of a channel block
+    (the partial sums loaded back between chunks), with every kind of padding."""
+    raw = dict(kv.split("=") for kv in shape.split(","))
+    p = Conv2d.from_args(get_operator("conv2d").parse_args({**raw, "layout": "NHWC"}))
+    assert cv.chunks(p), "the shape offers chunks"
+    overrides = [
+        {"chunk": chunk, "outer": "channels", "pad_at": pad_at if p.pad else "none"}
+        for chunk, pad_at in itertools.product(cv.chunks(p), ["root", "inline", "rows"])
+    ]
+    _random_configs_match_numpy(shape, 2, epilogue, overrides, seed=5)
+
+
+def test_a_chunk_needs_the_channel_blocks_outermost_and_channels_last() -> None:
+    p = Conv2d(1, 64, 7, 7, 64, 3, 3, pad=1, layout="NHWC")
+    space = cv.config_space(p, target=AVX512)
+    cfg = dict(cv.default_config(p, target=AVX512))
+    with pytest.raises(ConfigError, match="chunked only with the channel blocks"):
+        space.validate({**cfg, "chunk": 16, "outer": "rows"})
+    assert cv.chunks(p) == [8, 16, 32]
+    assert cv.chunks(Conv2d(1, 64, 7, 7, 64, 3, 3, pad=1)) == []
+    assert cv.chunks(Conv2d(1, 24, 7, 7, 24, 1, 1, layout="NHWC")) == [8]
+
+
+@pytest.mark.parametrize(
+    ("raw", "chunk"),
+    [
+        ("C=512,H=7,W=7,K=512,R=3,S=3,pad=1", 8),  # 9 MiB of weights, a 6 kB block of sums
+        ("C=2048,H=7,W=7,K=512,R=1,S=1,pad=0", 64),  # a 1 x 1 chunk needs 64 steps
+        ("C=1024,H=14,W=14,K=512,R=1,S=1,pad=0", 0),  # sums and input overflow L1
+        ("C=64,H=56,W=56,K=64,R=3,S=3,pad=1", 0),  # weights fit L2: rows outermost
+    ],
+)
+def test_a_default_chunks_a_streamed_weight_reduction_where_its_block_fits_l1(
+    raw: str, chunk: int
+) -> None:
+    op = get_operator("conv2d")
+    target = Target.make(
+        "cpu",
+        fingerprint="synthetic-avx512-caches",
+        vector_bits=512,
+        vector_lanes=16,
+        vector_registers=32,
+        l1d_bytes=48 * 1024,
+        l2_bytes=2 * 1024 * 1024,
+        threads=2,
+    )
+    pairs = dict(kv.split("=") for kv in raw.split(","))
+    args = op.parse_args({**pairs, "N": "1", "layout": "NHWC", "weights": "blocked", "block": "32"})
+    cfg = op.default_config(args, target)
+    assert cfg["chunk"] == chunk, cfg
+    assert cfg["outer"] == "channels" or not chunk
+    op.space(args, target).validate(cfg)
