@@ -370,8 +370,13 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     ResNet-50 42.6-45.3 -> 37.7-38.8 ms, MobileNetV2 4.82-4.94 -> 4.48-4.58, GoogLeNet
     14.4-14.9 -> 13.2-14.3, MNASNet 5.06-5.23 -> 4.59-4.80). Weights larger than half of
     L2 are streamed once per channel block (``outer=channels``) rather than once per row
-    block, their reduction in chunks where ``_chunk`` finds one that fits L1; the weight's
-    layout HWIO needs no packing; padding as ``_pad_at`` says.
+    block, their reduction in chunks where ``_chunk`` finds one that fits L1, each chunk
+    prefetching the next one's weights (they come from memory at each inference: 100 MB
+    for ResNet-50; Xeon with AVX-512, 2 threads, whole models, default schedules in one
+    process with the prefetch against without, 7 rounds: ResNet-50 1.026x, ResNet-18
+    1.021x, WRN-50-2 1.038x, ResNeXt-50 1.055x; 1 x 1 2048 -> 512 at 7 x 7 in the model
+    0.54 -> 0.41 ms, onnxruntime's 0.40); the weight's layout HWIO needs no packing;
+    padding as ``_pad_at`` says.
 
     An output of one pixel per image (the squeeze-and-excitation layers' 1 x 1 convolutions
     of a pooled image) takes whole vectors only: there a tile of two and a half vectors ran
@@ -417,8 +422,10 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         ),
     )
     outer = _shared_out(p, outer, kr, ohr, target.threads)
+    chunk = _chunk(p, kr, target) if outer == "channels" else 0
     return {
-        "chunk": _chunk(p, kr, target) if outer == "channels" else 0,
+        "chunk": chunk,
+        "prefetch": chunk > 0 and p.weights != "OIHW",
         "vector": "k",
         "kr": kr,
         "owr": owr,

@@ -38,6 +38,10 @@ of the weights stays in L1; the block's partial sums wait in a buffer between ch
           for r, s, c in chunk: ...         # as above
           store them
 
+With ``prefetch`` (chunked, weights not packed), each chunk prefetches the next one's
+weights, a share at each row block, so the panel streams from memory during the work
+(``tuner.lower.prefetch``).
+
 ``vector=k`` makes the output channels the SIMD axis (a vector load of packed
 weights times a broadcast input, the layout NCHWc kernels use; the only choice
 in NHWC, where channels are contiguous); ``vector=ow`` makes the output columns
@@ -149,6 +153,7 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     sp.define_knob("unroll_window", [False, True])
     sp.define_knob("parallel", [True, False])
     sp.define_knob("chunk", [0, *chunks(p)], absent=0)
+    sp.define_knob("prefetch", [False, True] if chunks(p) else [False], absent=False)
 
     def accumulators(c: Any) -> int:
         if c["vector"] == "k":
@@ -179,6 +184,10 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     sp.add_constraint(
         lambda c: c["chunk"] == 0 or c["outer"] == "channels",
         "the reduction is chunked only with the channel blocks outermost",
+    )
+    sp.add_constraint(
+        lambda c: not c["prefetch"] or (c["chunk"] > 0 and not c["pack_w"]),
+        "the next chunk's weights are prefetched only in a chunked reduction of unpacked weights",
     )
     return sp.freeze()
 
@@ -304,6 +313,9 @@ def _conv_nest(
     # weights in L1 meanwhile (see ``_conv_tiles._chunk``)
     s[T].reorder(outer[0], *chunk, *outer[1:], owo, *red, *tile)
     outer = _fused_outer(cfg, s, T, outer)
+    if cfg.get("prefetch", False):
+        # the next chunk's weights come from memory while this one computes
+        s[T].prefetch(t["W"], chunk[0])
     if parallel:
         s[T].parallel(outer[0])
     s[T].vectorize(tile[-1])

@@ -388,6 +388,18 @@ def test_a_channels_last_default_fills_half_the_registers_on_an_output_no_tile_d
     assert v * cfg["owr"] * cfg["ohr"] + v + 1 <= 16 - 1, cfg
 
 
+#: An AVX-512 machine with the caches of a Xeon's core (48 kB of L1, 2 MB of L2).
+AVX512_CACHES = Target.make(
+    "cpu",
+    fingerprint="synthetic-avx512-caches",
+    vector_bits=512,
+    vector_lanes=16,
+    vector_registers=32,
+    l1d_bytes=48 * 1024,
+    l2_bytes=2 * 1024 * 1024,
+    threads=2,
+)
+
 CHUNK_SHAPES = [
     # 3 x 3 over a 7 x 7 plane (ResNet's last stage, small); 1 x 1 on an odd plane, no
     # epilogue; a strided grouped window whose group's channels the chunk divides
@@ -436,19 +448,28 @@ def test_a_default_chunks_a_streamed_weight_reduction_where_its_block_fits_l1(
     raw: str, chunk: int
 ) -> None:
     op = get_operator("conv2d")
-    target = Target.make(
-        "cpu",
-        fingerprint="synthetic-avx512-caches",
-        vector_bits=512,
-        vector_lanes=16,
-        vector_registers=32,
-        l1d_bytes=48 * 1024,
-        l2_bytes=2 * 1024 * 1024,
-        threads=2,
-    )
+    target = AVX512_CACHES
     pairs = dict(kv.split("=") for kv in raw.split(","))
     args = op.parse_args({**pairs, "N": "1", "layout": "NHWC", "weights": "blocked", "block": "32"})
     cfg = op.default_config(args, target)
     assert cfg["chunk"] == chunk, cfg
     assert cfg["outer"] == "channels" or not chunk
     op.space(args, target).validate(cfg)
+
+
+def test_a_chunked_default_prefetches_the_next_chunks_weights_unless_it_packs_them() -> None:
+    from tuner.lower.lower import lower
+    from tuner.lower.printer import render
+
+    op = get_operator("conv2d")
+    target = AVX512_CACHES
+    raw = {"C": "512", "H": "7", "W": "7", "K": "512", "R": "3", "S": "3", "pad": "1", "N": "1"}
+    args = op.parse_args({**raw, "layout": "NHWC", "weights": "blocked", "block": "32"})
+    cfg = op.default_config(args, target)
+    assert cfg["chunk"] and cfg["prefetch"], cfg
+    assert "prefetch(W[" in render(lower(*op.schedule(cfg, args, target)))
+    assert "prefetch(" not in render(lower(*op.schedule({**cfg, "prefetch": False}, args, target)))
+    with pytest.raises(ConfigError, match="prefetched only in a chunked"):
+        op.space(args, target).validate({**cfg, "chunk": 0, "outer": "channels"})
+    packed = op.default_config(op.parse_args({**raw, "layout": "NHWC"}), target)
+    assert packed["chunk"] and packed["pack_w"] and not packed["prefetch"], packed

@@ -138,6 +138,15 @@ class Barrier(Stmt):
 
 
 @dataclass(frozen=True)
+class Prefetch(Stmt):
+    """A hint: bring the cache line holding ``buffer[indices]`` into the cache; no effect on
+    what the kernel computes (a backend without the instruction emits nothing)."""
+
+    buffer: str
+    indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
 class Tensorized(Stmt):
     """``loop`` (and the reduction loop inside it) is the tensor intrinsic ``intrin``.
 

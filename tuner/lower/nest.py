@@ -30,6 +30,7 @@ from .extent import Ext, as_expr, proves, upper
 from .guards import below, clamp, free_names, guard, least, tighten
 from .intrin import intrinsic
 from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized, seq
+from .prefetch import prefetch_next
 from .simplify import simplify
 from .visitor import walk_stmts
 
@@ -177,6 +178,11 @@ class _NestBuilder:
             body = seq([*stmts, self._register_tile(local, p, env, mode)])
         else:
             body = seq([*stmts, self._loops(p + 1, env, mode)])
+        if mode == "update":
+            for tensor in axis.prefetch:
+                shape = self._shape(tensor, env)
+                if shape is not None:
+                    body = prefetch_next(body, var.name, tensor, shape)
         body = guard(guards, body)
         for buf in reversed(allocs):
             body = Alloc(buf, body)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .ir import Barrier, Buffer, For
+from .ir import Barrier, Buffer, For, Prefetch
 from .render import SourceRenderer
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ class LoopNestPrinter(SourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         self.emit(f"barrier({s.scope.value!r})")
+
+    def prefetch(self, s: Prefetch) -> None:
+        self.emit(f"prefetch({s.buffer}[{self.index(s.buffer, s.indices)}])")
 
 
 def render(func: LoweredFunc) -> str:

@@ -23,7 +23,7 @@ from ..te.expr import (
     Select,
     Var,
 )
-from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized
+from .ir import Alloc, Barrier, Buffer, For, If, Load, Prefetch, Stmt, Store, Tensorized
 from .visitor import StmtVisitor
 
 __all__ = ["BINOPS", "CMPOPS", "SourceRenderer"]
@@ -145,6 +145,9 @@ class SourceRenderer(StmtVisitor):
     def visit_Barrier(self, s: Barrier) -> None:
         self.barrier(s)
 
+    def visit_Prefetch(self, s: Prefetch) -> None:
+        self.prefetch(s)
+
     def visit_Tensorized(self, s: Tensorized) -> None:
         self.emit(f"# tensorize: {s.intrin}")
         self.visit(s.loop)
@@ -168,4 +171,7 @@ class SourceRenderer(StmtVisitor):
         raise NotImplementedError
 
     def barrier(self, s: Barrier) -> None:
+        raise NotImplementedError
+
+    def prefetch(self, s: Prefetch) -> None:
         raise NotImplementedError

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..te.expr import Expr, transform
-from .ir import Alloc, Barrier, For, If, Seq, Stmt, Store, Tensorized
+from .ir import Alloc, Barrier, For, If, Prefetch, Seq, Stmt, Store, Tensorized
 
 __all__ = ["StmtMutator", "StmtVisitor", "substitute_stmt", "walk_stmts"]
 
@@ -56,6 +56,9 @@ class StmtVisitor:
         return None
 
     def visit_Barrier(self, s: Barrier) -> Any:
+        return None
+
+    def visit_Prefetch(self, s: Prefetch) -> Any:
         return None
 
     def visit_Tensorized(self, s: Tensorized) -> Any:
@@ -107,6 +110,12 @@ class StmtMutator:
 
     def visit_Barrier(self, s: Barrier) -> Stmt:
         return s
+
+    def visit_Prefetch(self, s: Prefetch) -> Stmt:
+        indices = tuple(self.expr(i) for i in s.indices)
+        if all(a is b for a, b in zip(indices, s.indices, strict=True)):
+            return s
+        return Prefetch(s.buffer, indices)
 
     def visit_Tensorized(self, s: Tensorized) -> Stmt:
         loop = self.visit(s.loop)

@@ -27,6 +27,7 @@ from .steps import (
     ComputeInline,
     ComputeRoot,
     Fuse,
+    Prefetch,
     Reorder,
     Split,
     Step,
@@ -141,6 +142,13 @@ class StageRef:
     def parallel(self, axis: AxisRef | str) -> None:
         """Run this loop's iterations on all cores (``prange``); never a reduction axis."""
         self._s._add(Annotate(self.name, self._ax(axis), "parallel"))
+
+    def prefetch(self, tensor: Tensor, axis: AxisRef | str) -> None:
+        """At each iteration of this serial loop, prefetch what its next iteration reads of
+        ``tensor`` into the cache, a share at each iteration of the loop just inside (on the
+        CPU; a GPU kernel ignores it). Apply it once the loops are split and ordered: a split
+        or fuse of ``axis`` drops it."""
+        self._s._add(Prefetch(self.name, self._ax(axis), tensor.name))
 
     def bind(self, axis: AxisRef | str, thread: str) -> None:
         """Map this loop onto a GPU index (``"blockIdx.x"``, ``"threadIdx.x"``, ...)."""

@@ -29,6 +29,7 @@ from .steps import (
     ComputeInline,
     ComputeRoot,
     Fuse,
+    Prefetch,
     Reorder,
     Split,
     Step,
@@ -71,6 +72,7 @@ class Axis:
     annotation: LoopKind = LoopKind.SERIAL
     thread: LoopKind | None = None
     intrin: str = ""  # a tensor intrinsic computing this loop and the one inside it
+    prefetch: tuple[str, ...] = ()  # tensors whose next iteration's reads each iteration prefetches
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotation", LoopKind(self.annotation))
@@ -311,6 +313,23 @@ def _annotate(state: State, st: Annotate) -> State:
     return state.with_stage(stage._set_axis(replace(ax, annotation=LoopKind(st.annotation))))
 
 
+def _prefetch(state: State, st: Prefetch) -> State:
+    stage = state.stage(st.stage)
+    ax = _leaf(stage, st.axis)
+    check(
+        st.tensor in stage.reads(),
+        f"stage {stage.name} does not read {st.tensor} (it reads {', '.join(sorted(stage.reads()))})",
+    )
+    check(
+        ax.annotation == "serial" and ax.thread is None,
+        f"axis {ax.name} is {ax.thread or ax.annotation}; only a serial loop runs its iterations"
+        " in turn",
+    )
+    if st.tensor in ax.prefetch:
+        return state
+    return state.with_stage(stage._set_axis(replace(ax, prefetch=(*ax.prefetch, st.tensor))))
+
+
 def _tensorize(state: State, st: Tensorize) -> State:
     stage = state.stage(st.stage)
     ax = _leaf(stage, st.axis)
@@ -484,6 +503,7 @@ _APPLY = {
     Fuse: _fuse,
     Reorder: _reorder,
     Annotate: _annotate,
+    Prefetch: _prefetch,
     Bind: _bind,
     Tensorize: _tensorize,
     ComputeAt: _compute_at,

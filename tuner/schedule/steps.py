@@ -27,6 +27,7 @@ __all__ = [
     "ComputeInline",
     "ComputeRoot",
     "Fuse",
+    "Prefetch",
     "Reorder",
     "Split",
     "Step",
@@ -90,6 +91,17 @@ class Annotate(Step):
     stage: str
     axis: str
     annotation: str
+
+
+@dataclass(frozen=True)
+class Prefetch(Step):
+    """At each iteration of loop ``axis``, prefetch into the cache what the next one reads of
+    ``tensor`` (spread over the loop just inside, where there is one)."""
+
+    kind: ClassVar[str] = "prefetch"
+    stage: str
+    axis: str
+    tensor: str
 
 
 @dataclass(frozen=True)
@@ -164,6 +176,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         Fuse,
         Reorder,
         Annotate,
+        Prefetch,
         Bind,
         Tensorize,
         ComputeAt,

@@ -31,6 +31,7 @@ __all__ = [
     "load_acquire",
     "maxnum",
     "minnum",
+    "prefetch",
     "sigmoid32",
     "stack_empty",
     "tanh32",
@@ -83,6 +84,14 @@ def stack_empty(typingctx, size, dtype):  # type: ignore[no-untyped-def]
     return types.CPointer(dtype.dtype)(size, dtype), codegen
 
 
+def _item_pointer(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    """The address of ``array[index]`` for an intrinsic called as ``f(array, index)``."""
+    arrayty = signature.args[0]
+    ary = context.make_array(arrayty)(context, builder, args[0])
+    idx = context.cast(builder, args[1], signature.args[1], types.intp)
+    return cgutils.get_item_pointer(context, builder, arrayty, ary, [idx])
+
+
 @intrinsic
 def load_acquire(typingctx, array, index):  # type: ignore[no-untyped-def]
     """``array[index]`` of an int64 array as an atomic load: a polling loop sees other threads' stores.
@@ -95,13 +104,39 @@ def load_acquire(typingctx, array, index):  # type: ignore[no-untyped-def]
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        arrayty = signature.args[0]
-        ary = context.make_array(arrayty)(context, builder, args[0])
-        idx = context.cast(builder, args[1], signature.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, arrayty, ary, [idx])
-        return builder.load_atomic(ptr, "acquire", 8)
+        return builder.load_atomic(_item_pointer(context, builder, signature, args), "acquire", 8)
 
     return types.int64(array, index), codegen
+
+
+#: ``llvm.prefetch``'s locality: 3 keeps the line in every level (``prefetcht0``). A weight
+#: panel streamed from memory, the next chunk's lines prefetched during this one's work:
+#: 1 x 1, 2048 -> 512 channels at 7 x 7 (Xeon with AVX-512, 2 threads, weights cold) 0.50 ms
+#: without, 0.38 at locality 3 or 2, 0.40 at 1, 0.69 at 0 (non-temporal, evicted too soon).
+_PREFETCH_LOCALITY = 3
+
+
+@intrinsic
+def prefetch(typingctx, array, index):  # type: ignore[no-untyped-def]
+    """A hint to bring the cache line of ``array[index]`` into the cache (``llvm.prefetch``).
+
+    No bounds check and no fault: an address past the array (the iteration after the last)
+    is ignored by the processor.
+    """
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = _item_pointer(context, builder, signature, args)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read, locality, data cache
+        flags = [ir.Constant(i32, v) for v in (0, _PREFETCH_LOCALITY, 1)]
+        builder.call(fn, [builder.bitcast(ptr, i8p), *flags])
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
 
 
 def _fold(name: str):  # type: ignore[no-untyped-def]

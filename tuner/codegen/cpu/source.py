@@ -15,7 +15,7 @@ import numpy as np
 
 from ...lower.extent import Ext, emax, mul, normal, symbol_ranges, upper
 from ...lower.intrin import intrinsic, match
-from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Store, Tensorized
+from ...lower.ir import Alloc, Barrier, Buffer, For, Load, Prefetch, Store, Tensorized
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import simplify
 from ...lower.visitor import substitute_stmt, walk_stmts
@@ -396,6 +396,9 @@ class NumbaRenderer(NumbaSourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         """Nothing to wait for: a CPU kernel runs no block of threads."""
+
+    def prefetch(self, s: Prefetch) -> None:
+        self.emit(f"prefetch({s.buffer}, {self.index(s.buffer, s.indices)})")
 
 
 def _same_element(e: Expr, s: Store) -> bool:

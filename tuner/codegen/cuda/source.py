@@ -25,7 +25,7 @@ unrolled in the source.
 from __future__ import annotations
 
 from ...lower.gpu import GpuKernel, GpuProgram, gpu_program
-from ...lower.ir import Barrier, Buffer, For
+from ...lower.ir import Barrier, Buffer, For, Prefetch
 from ...lower.lower import LoweredFunc
 from ...lower.simplify import Linear, linear, render_linear, simplify
 from ...lower.visitor import substitute_stmt
@@ -96,6 +96,10 @@ class CudaRenderer(NumbaSourceRenderer):
 
     def barrier(self, s: Barrier) -> None:
         self.emit("cuda.syncthreads()")
+
+    def prefetch(self, s: Prefetch) -> None:
+        """A cache hint the CPU's loops give; a GPU kernel's loads need none."""
+        self.emit("pass")
 
 
 def _recombine(lin: Linear) -> Linear:
