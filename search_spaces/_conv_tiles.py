@@ -352,6 +352,37 @@ def _chunk(p: Conv2d, kr: int, target: Target) -> int:
     return 0
 
 
+#: Times each thread reads a 1 x 1 convolution's weight panel (its row blocks times its
+#: column blocks) up to which the default prefetches the next channel block's weights.
+_PREFETCH_REPEATS = 32
+
+
+def _prefetches(
+    p: Conv2d, chunk: int, outer: str, kr: int, owr: int, ohr: int, threads: int
+) -> bool:
+    """Whether the default prefetches the weights (unpacked ones only): the next chunk's in a
+    chunked reduction; with the row blocks outermost, the next channel block's during this
+    one's reduction over input channels (1 x 1 only: a window's reduction starts with its
+    3 taps, a third of the panel each, too much at once, ``tuner.lower.prefetch``).
+
+    The weights come from memory at each inference; the first row block of each thread
+    waits on them, the others find them in L2 and only pay for the prefetches, so it
+    pays where each thread reads the panel few times. ResNet-50's 1 x 1 convolutions in
+    the model (Xeon with AVX-512, 2 threads, each kernel's median in the model's profile,
+    prefetching against not): 1 MB of weights at 14 x 14, each thread's panel read 7
+    times, 0.89 to 0.94x; 256 kB at 28 x 28, 28 times, 0.94 to 0.98x; 64 to 128 kB at
+    56 x 56, 112 times, 0.98 to 1.07x.
+    """
+    if p.weights == "OIHW":
+        return False
+    if chunk:
+        return True
+    if outer != "rows" or p.R * p.S > 1:
+        return False
+    rows = _blocks(p, kr, ohr)[0]
+    return -(-rows // max(threads, 1)) * -(-p.OW // owr) <= _PREFETCH_REPEATS
+
+
 def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     """NHWC's default: the register tile of least estimated cost, output channels its vectors.
 
@@ -375,8 +406,9 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     for ResNet-50; Xeon with AVX-512, 2 threads, whole models, default schedules in one
     process with the prefetch against without, 7 rounds: ResNet-50 1.026x, ResNet-18
     1.021x, WRN-50-2 1.038x, ResNeXt-50 1.055x; 1 x 1 2048 -> 512 at 7 x 7 in the model
-    0.54 -> 0.41 ms, onnxruntime's 0.40); the weight's layout HWIO needs no packing;
-    padding as ``_pad_at`` says.
+    0.54 -> 0.41 ms, onnxruntime's 0.40), and a 1 x 1 convolution whose threads read its
+    weights few times prefetches them too (``_prefetches``); the weight's layout HWIO
+    needs no packing; padding as ``_pad_at`` says.
 
     An output of one pixel per image (the squeeze-and-excitation layers' 1 x 1 convolutions
     of a pooled image) takes whole vectors only: there a tile of two and a half vectors ran
@@ -425,7 +457,7 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     chunk = _chunk(p, kr, target) if outer == "channels" else 0
     return {
         "chunk": chunk,
-        "prefetch": chunk > 0 and p.weights != "OIHW",
+        "prefetch": _prefetches(p, chunk, outer, kr, owr, ohr, target.threads),
         "vector": "k",
         "kr": kr,
         "owr": owr,

@@ -38,9 +38,10 @@ of the weights stays in L1; the block's partial sums wait in a buffer between ch
           for r, s, c in chunk: ...         # as above
           store them
 
-With ``prefetch`` (chunked, weights not packed), each chunk prefetches the next one's
-weights, a share at each row block, so the panel streams from memory during the work
-(``tuner.lower.prefetch``).
+With ``prefetch`` (weights not packed), each chunk prefetches the next one's weights, a
+share at each row block, so the panel streams from memory during the work; unchunked,
+with the row blocks outermost, each channel block prefetches the next one's over its
+reduction's first loop (``tuner.lower.prefetch``).
 
 ``vector=k`` makes the output channels the SIMD axis (a vector load of packed
 weights times a broadcast input, the layout NCHWc kernels use; the only choice
@@ -153,7 +154,7 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
     sp.define_knob("unroll_window", [False, True])
     sp.define_knob("parallel", [True, False])
     sp.define_knob("chunk", [0, *chunks(p)], absent=0)
-    sp.define_knob("prefetch", [False, True] if chunks(p) else [False], absent=False)
+    sp.define_knob("prefetch", [False, True], absent=False)
 
     def accumulators(c: Any) -> int:
         if c["vector"] == "k":
@@ -186,8 +187,11 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
         "the reduction is chunked only with the channel blocks outermost",
     )
     sp.add_constraint(
-        lambda c: not c["prefetch"] or (c["chunk"] > 0 and not c["pack_w"]),
-        "the next chunk's weights are prefetched only in a chunked reduction of unpacked weights",
+        lambda c: (
+            not c["prefetch"] or (not c["pack_w"] and (c["chunk"] > 0 or c["outer"] == "rows"))
+        ),
+        "weights are prefetched unpacked, the next chunk's or, with the row blocks outermost,"
+        " the next channel block's",
     )
     return sp.freeze()
 
@@ -313,9 +317,14 @@ def _conv_nest(
     # weights in L1 meanwhile (see ``_conv_tiles._chunk``)
     s[T].reorder(outer[0], *chunk, *outer[1:], owo, *red, *tile)
     outer = _fused_outer(cfg, s, T, outer)
-    if cfg.get("prefetch", False):
+    if cfg.get("prefetch", False) and chunk:
         # the next chunk's weights come from memory while this one computes
         s[T].prefetch(t["W"], chunk[0])
+    elif cfg.get("prefetch", False):
+        # the next channel block's weights, over the first reduction loop of this one's
+        # (where that is a window's row of 3 taps, a third of the panel at once: none)
+        extent = {c: p.Cg, r: p.R, sw: p.S}
+        s[T].prefetch(t["W"], ko, next((x for x in red if extent[x] > 1), red[0]))
     if parallel:
         s[T].parallel(outer[0])
     s[T].vectorize(tile[-1])

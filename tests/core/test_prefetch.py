@@ -15,7 +15,7 @@ from search_spaces.conv2d import Conv2d
 from tuner import te
 from tuner.lower.ir import Alloc, For, If, Load, Prefetch, Seq, Stmt, Store
 from tuner.lower.lower import lower
-from tuner.lower.prefetch import MOST_LINES
+from tuner.lower.prefetch import MOST_AT_ONCE, MOST_LINES
 from tuner.lower.printer import render
 from tuner.lower.visitor import walk_stmts
 from tuner.schedule import Schedule, ScheduleError
@@ -124,8 +124,14 @@ def test_a_window_of_weights_prefetches_one_run_per_tap() -> None:
     p = Conv2d(1, 32, 3, 3, 32, 3, 3, pad=1, layout="NHWC", weights="blocked", block=32)
     target = Target.make("cpu", fingerprint="t", vector_bits=512, vector_lanes=16,
                          vector_registers=32, threads=2)  # fmt: skip
-    cfg = {**cv.default_config(p, target), "chunk": 8, "outer": "channels", "pack_w": False,
-           "prefetch": True}  # fmt: skip
+    cfg = {
+        **cv.default_config(p, target),
+        "chunk": 8,
+        "outer": "channels",
+        "pack_w": False,
+        "prefetch": True,
+        "ohr": 1,
+    }  # fmt: skip  (3 row blocks: 48 lines at each)
     s, args = cv.schedule(cfg, p, target)
     func = lower(s, args)
     w = next(b for b in func.args if b.name == "W")
@@ -148,7 +154,9 @@ def test_a_prefetching_kernel_computes_what_it_did_and_says_so_in_its_source() -
 def test_a_prefetch_survives_the_schedules_json() -> None:
     s, args = _matmul(32, 64, 8)
     again = Schedule.from_json(args[-1], s.to_json())
-    assert {"step": "prefetch", "stage": "C", "axis": "r_o", "tensor": "B"} in s.to_json()
+    assert {"step": "prefetch", "stage": "C", "axis": "r_o", "tensor": "B", "spread": ""} in (
+        s.to_json()
+    )
     assert render(lower(again, args)) == render(lower(s, args))
 
 
@@ -182,3 +190,35 @@ def test_a_prefetch_needs_a_serial_loop_of_a_stage_that_reads_the_tensor() -> No
     s[C].parallel(i)
     with pytest.raises(ScheduleError, match="only a serial loop"):
         s[C].prefetch(A, i)
+
+
+def test_a_prefetch_spreads_over_the_loop_it_names_and_never_bursts() -> None:
+    """With a one-iteration loop first inside the chunk loop, the default spread would fetch
+    a chunk's 128 lines at once (more than ``MOST_AT_ONCE``: nothing is fetched); spread
+    over the rows of C, 4 at each."""
+
+    def schedule(spread: bool) -> tuple[Any, list[Any]]:
+        A = te.placeholder((32, 64), name="A")
+        B = te.placeholder((64, 64), name="B")
+        r = te.reduce_axis((0, 64), name="r")
+        C = te.compute((32, 64), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+        s = te.create_schedule(C)
+        i, j = s[C].op.axis
+        jo, ji = s[C].split(j, factor=64)
+        ro, ri = s[C].split(r, factor=32)
+        s[C].reorder(ro, jo, i, ri, ji)
+        s[C].prefetch(B, ro, i if spread else None)
+        return s, [A, B, C]
+
+    assert MOST_AT_ONCE < 32 * 64 // LINE
+    assert not any(isinstance(x, Prefetch) for x in walk_stmts(lower(*schedule(False)).body))
+    assert _check_lines(lower(*schedule(True)), "B", (64, 64)) == 32 * 64 // LINE
+
+
+def test_a_prefetch_spreads_over_a_loop_inside_its_own() -> None:
+    s, args = _matmul(32, 64, 8)
+    C = args[-1]
+    ro, i, _, j = s[C].leaf_axes
+    with pytest.raises(ScheduleError, match="is not inside"):
+        s[C].prefetch(args[0], i, ro)
+    s[C].prefetch(args[0], i, j)

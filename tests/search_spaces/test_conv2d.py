@@ -257,9 +257,13 @@ def test_padding_per_row_block_and_the_tile_epilogue_match_numpy(shape: str, epi
     """pad_at=rows copies the padded rows each row block reads (``block``: those of each
     channel block's channels); in NHWC the epilogue runs on each register tile: both
     against the reference, over random tiles, both loop orders."""
-    overrides = [{"pad_at": "rows", "outer": outer} for outer in ("rows", "channels", "both")]
+    # with the row blocks outermost, the next channel block's weights prefetched
+    overrides: list[dict[str, Any]] = [
+        {"pad_at": "rows", "outer": "rows", "prefetch": True, "pack_w": False},
+        *({"pad_at": "rows", "outer": outer, "prefetch": False} for outer in ("channels", "both")),
+    ]
     if "groups" in shape:  # a channel block reads its own channels: their rows per block
-        overrides.append({"pad_at": "block", "outer": "rows"})
+        overrides.append({"pad_at": "block", "outer": "rows", "prefetch": False})
     _random_configs_match_numpy(shape, 1, epilogue, overrides, seed=3)
 
 
@@ -419,6 +423,7 @@ def test_a_reduction_chunked_over_input_channels_matches_numpy(shape: str, epilo
     assert cv.chunks(p), "the shape offers chunks"
     overrides = [
         {"chunk": chunk, "outer": "channels", "pad_at": pad_at if p.pad else "none"}
+        | ({"prefetch": True, "pack_w": False} if chunk == cv.chunks(p)[0] else {"prefetch": False})
         for chunk, pad_at in itertools.product(cv.chunks(p), ["root", "inline", "rows"])
     ]
     _random_configs_match_numpy(shape, 2, epilogue, overrides, seed=5)
@@ -469,7 +474,31 @@ def test_a_chunked_default_prefetches_the_next_chunks_weights_unless_it_packs_th
     assert cfg["chunk"] and cfg["prefetch"], cfg
     assert "prefetch(W[" in render(lower(*op.schedule(cfg, args, target)))
     assert "prefetch(" not in render(lower(*op.schedule({**cfg, "prefetch": False}, args, target)))
-    with pytest.raises(ConfigError, match="prefetched only in a chunked"):
+    with pytest.raises(ConfigError, match="weights are prefetched unpacked"):
         op.space(args, target).validate({**cfg, "chunk": 0, "outer": "channels"})
     packed = op.default_config(op.parse_args({**raw, "layout": "NHWC"}), target)
     assert packed["chunk"] and packed["pack_w"] and not packed["prefetch"], packed
+
+
+@pytest.mark.parametrize(
+    ("raw", "prefetch"),
+    [
+        ("C=1024,H=14,W=14,K=256,R=1,S=1,pad=0", True),  # each thread reads the panel 7 times
+        ("C=64,H=56,W=56,K=256,R=1,S=1,pad=0", False),  # 112 times: in L2 after the first
+        ("C=128,H=28,W=28,K=128,R=3,S=3,pad=1", False),  # a window: 3 taps at once is too much
+    ],
+)
+def test_a_rows_outermost_default_prefetches_a_1x1_panel_each_thread_reads_few_times(
+    raw: str, prefetch: bool
+) -> None:
+    from tuner.lower.lower import lower
+    from tuner.lower.printer import render
+
+    op = get_operator("conv2d")
+    pairs = dict(kv.split("=") for kv in raw.split(","))
+    args = op.parse_args({**pairs, "N": "1", "layout": "NHWC", "weights": "blocked", "block": "32"})
+    cfg = op.default_config(args, AVX512_CACHES)
+    assert cfg["outer"] == "rows" and not cfg["chunk"], cfg
+    assert cfg["prefetch"] == prefetch, cfg
+    source = render(lower(*op.schedule({**cfg, "prefetch": True}, args, AVX512_CACHES)))
+    assert ("prefetch(W[" in source) == (raw.count("R=1") == 1), "a 1 x 1 reduction spreads it"

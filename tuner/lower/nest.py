@@ -179,10 +179,11 @@ class _NestBuilder:
         else:
             body = seq([*stmts, self._loops(p + 1, env, mode)])
         if mode == "update":
-            for tensor in axis.prefetch:
+            for tensor, spread in axis.prefetch:
                 shape = self._shape(tensor, env)
+                inside = self.names[spread].name if spread else None
                 if shape is not None:
-                    body = prefetch_next(body, var.name, tensor, shape)
+                    body = prefetch_next(body, var.name, tensor, shape, inside)
         body = guard(guards, body)
         for buf in reversed(allocs):
             body = Alloc(buf, body)

@@ -143,12 +143,16 @@ class StageRef:
         """Run this loop's iterations on all cores (``prange``); never a reduction axis."""
         self._s._add(Annotate(self.name, self._ax(axis), "parallel"))
 
-    def prefetch(self, tensor: Tensor, axis: AxisRef | str) -> None:
+    def prefetch(
+        self, tensor: Tensor, axis: AxisRef | str, spread: AxisRef | str | None = None
+    ) -> None:
         """At each iteration of this serial loop, prefetch what its next iteration reads of
-        ``tensor`` into the cache, a share at each iteration of the loop just inside (on the
-        CPU; a GPU kernel ignores it). Apply it once the loops are split and ordered: a split
-        or fuse of ``axis`` drops it."""
-        self._s._add(Prefetch(self.name, self._ax(axis), tensor.name))
+        ``tensor`` into the cache, a share at each iteration of loop ``spread`` (one inside
+        ``axis``; by default the loop just inside), on the CPU; a GPU kernel ignores it.
+        Apply it once the loops are split and ordered: a split or fuse of either loop drops
+        it."""
+        inside = "" if spread is None else self._ax(spread)
+        self._s._add(Prefetch(self.name, self._ax(axis), tensor.name, inside))
 
     def bind(self, axis: AxisRef | str, thread: str) -> None:
         """Map this loop onto a GPU index (``"blockIdx.x"``, ``"threadIdx.x"``, ...)."""

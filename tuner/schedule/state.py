@@ -72,7 +72,9 @@ class Axis:
     annotation: LoopKind = LoopKind.SERIAL
     thread: LoopKind | None = None
     intrin: str = ""  # a tensor intrinsic computing this loop and the one inside it
-    prefetch: tuple[str, ...] = ()  # tensors whose next iteration's reads each iteration prefetches
+    #: (tensor, loop) pairs: each iteration prefetches what the next one reads of the tensor,
+    #: a share at each iteration of the loop ("": the one just inside)
+    prefetch: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "annotation", LoopKind(self.annotation))
@@ -325,9 +327,16 @@ def _prefetch(state: State, st: Prefetch) -> State:
         f"axis {ax.name} is {ax.thread or ax.annotation}; only a serial loop runs its iterations"
         " in turn",
     )
-    if st.tensor in ax.prefetch:
+    if st.spread:
+        _leaf(stage, st.spread)
+        check(
+            stage.leaves.index(st.spread) > stage.leaves.index(ax.name),
+            f"axis {st.spread} is not inside {ax.name}; a prefetch spreads over a loop inside",
+        )
+    pair = (st.tensor, st.spread)
+    if pair in ax.prefetch:
         return state
-    return state.with_stage(stage._set_axis(replace(ax, prefetch=(*ax.prefetch, st.tensor))))
+    return state.with_stage(stage._set_axis(replace(ax, prefetch=(*ax.prefetch, pair))))
 
 
 def _tensorize(state: State, st: Tensorize) -> State:

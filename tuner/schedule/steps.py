@@ -96,12 +96,14 @@ class Annotate(Step):
 @dataclass(frozen=True)
 class Prefetch(Step):
     """At each iteration of loop ``axis``, prefetch into the cache what the next one reads of
-    ``tensor`` (spread over the loop just inside, where there is one)."""
+    ``tensor``, a share at each iteration of loop ``spread`` (one inside ``axis``; "": the
+    loop just inside)."""
 
     kind: ClassVar[str] = "prefetch"
     stage: str
     axis: str
     tensor: str
+    spread: str = ""
 
 
 @dataclass(frozen=True)
