@@ -187,11 +187,9 @@ def config_space(p: Conv2d, target: Target | None = None) -> ConfigSpace:
         "the reduction is chunked only with the channel blocks outermost",
     )
     sp.add_constraint(
-        lambda c: (
-            not c["prefetch"] or (not c["pack_w"] and (c["chunk"] > 0 or c["outer"] == "rows"))
-        ),
-        "weights are prefetched unpacked, the next chunk's or, with the row blocks outermost,"
-        " the next channel block's",
+        lambda c: not c["prefetch"] or (not c["pack_w"] and c["outer"] != "both"),
+        "weights are prefetched unpacked, the next chunk's or the next channel block's (not"
+        " in a loop of row and channel block pairs)",
     )
     return sp.freeze()
 
@@ -322,7 +320,8 @@ def _conv_nest(
         s[T].prefetch(t["W"], chunk[0])
     elif cfg.get("prefetch", False):
         # the next channel block's weights, over the first reduction loop of this one's
-        # (where that is a window's row of 3 taps, a third of the panel at once: none)
+        # (where that is a window's row of 3 taps, a third of the panel at once: none); a
+        # parallel loop of channel blocks gives each thread a run of them
         extent = {c: p.Cg, r: p.R, sw: p.S}
         s[T].prefetch(t["W"], ko, next((x for x in red if extent[x] > 1), red[0]))
     if parallel:

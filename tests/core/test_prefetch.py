@@ -139,6 +139,21 @@ def test_a_window_of_weights_prefetches_one_run_per_tap() -> None:
     assert lines == 9 * 8 * 32 // LINE
 
 
+def test_a_parallel_loop_of_channel_blocks_prefetches_the_next_blocks_weights() -> None:
+    """1 x 1, channel blocks outermost and in parallel: each thread's next block is most
+    often the next one; spread over the input channels, two lines (32 outputs) each."""
+    p = Conv2d(1, 64, 3, 3, 64, 1, 1, layout="NHWC", weights="blocked", block=32)
+    target = Target.make("cpu", fingerprint="t", vector_bits=512, vector_lanes=16,
+                         vector_registers=32, threads=2)  # fmt: skip
+    cfg = {**cv.default_config(p, target), "outer": "channels", "pack_w": False, "chunk": 0,
+           "prefetch": True, "owr": 3, "ohr": 3, "parallel": True}  # fmt: skip
+    func = lower(*cv.schedule(cfg, p, target))
+    w = next(b for b in func.args if b.name == "W")
+    assert _check_lines(func, "W", tuple(int(d) for d in w.shape)) == 64 * 32 // LINE
+    (loop,) = [s for s in walk_stmts(func.body) if isinstance(s, For) and s.kind == "parallel"]
+    assert any(isinstance(x, Prefetch) for x in walk_stmts(loop.body))
+
+
 def test_a_prefetching_kernel_computes_what_it_did_and_says_so_in_its_source() -> None:
     s, args = _matmul(48, 96, 16)
     kernel = tuner.build(s, args)
@@ -187,7 +202,7 @@ def test_a_prefetch_needs_a_serial_loop_of_a_stage_that_reads_the_tensor() -> No
     (i,) = s[C].op.axis
     with pytest.raises(ScheduleError, match="does not read B"):
         s[C].prefetch(B, i)
-    s[C].parallel(i)
+    s[C].vectorize(i)
     with pytest.raises(ScheduleError, match="only a serial loop"):
         s[C].prefetch(A, i)
 

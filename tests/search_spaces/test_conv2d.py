@@ -475,7 +475,7 @@ def test_a_chunked_default_prefetches_the_next_chunks_weights_unless_it_packs_th
     assert "prefetch(W[" in render(lower(*op.schedule(cfg, args, target)))
     assert "prefetch(" not in render(lower(*op.schedule({**cfg, "prefetch": False}, args, target)))
     with pytest.raises(ConfigError, match="weights are prefetched unpacked"):
-        op.space(args, target).validate({**cfg, "chunk": 0, "outer": "channels"})
+        op.space(args, target).validate({**cfg, "chunk": 0, "outer": "both"})
     packed = op.default_config(op.parse_args({**raw, "layout": "NHWC"}), target)
     assert packed["chunk"] and packed["pack_w"] and not packed["prefetch"], packed
 
@@ -502,3 +502,13 @@ def test_a_rows_outermost_default_prefetches_a_1x1_panel_each_thread_reads_few_t
     assert cfg["prefetch"] == prefetch, cfg
     source = render(lower(*op.schedule({**cfg, "prefetch": True}, args, AVX512_CACHES)))
     assert ("prefetch(W[" in source) == (raw.count("R=1") == 1), "a 1 x 1 reduction spreads it"
+
+
+def test_a_streamed_1x1_panel_without_chunks_prefetches_the_next_channel_blocks() -> None:
+    """1 x 1, 1024 -> 512 at 14 x 14: 2 MB of weights, channel blocks outermost (in
+    parallel), no chunk fits L1; each channel block reads its panel 14 times."""
+    op = get_operator("conv2d")
+    raw = {"C": "1024", "H": "14", "W": "14", "K": "512", "R": "1", "S": "1", "pad": "0"}
+    args = op.parse_args({**raw, "N": "1", "layout": "NHWC", "weights": "blocked", "block": "32"})
+    cfg = op.default_config(args, AVX512_CACHES)
+    assert cfg["outer"] == "channels" and not cfg["chunk"] and cfg["prefetch"], cfg

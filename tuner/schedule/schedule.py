@@ -146,9 +146,11 @@ class StageRef:
     def prefetch(
         self, tensor: Tensor, axis: AxisRef | str, spread: AxisRef | str | None = None
     ) -> None:
-        """At each iteration of this serial loop, prefetch what its next iteration reads of
+        """At each iteration of this loop, prefetch what its next iteration reads of
         ``tensor`` into the cache, a share at each iteration of loop ``spread`` (one inside
-        ``axis``; by default the loop just inside), on the CPU; a GPU kernel ignores it.
+        ``axis``; by default the loop just inside), on the CPU; a GPU kernel ignores it. A
+        parallel loop's threads each run a contiguous run of its iterations, so the next
+        one is most often the same thread's.
         Apply it once the loops are split and ordered: a split or fuse of either loop drops
         it."""
         inside = "" if spread is None else self._ax(spread)

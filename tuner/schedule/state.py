@@ -323,9 +323,9 @@ def _prefetch(state: State, st: Prefetch) -> State:
         f"stage {stage.name} does not read {st.tensor} (it reads {', '.join(sorted(stage.reads()))})",
     )
     check(
-        ax.annotation == "serial" and ax.thread is None,
-        f"axis {ax.name} is {ax.thread or ax.annotation}; only a serial loop runs its iterations"
-        " in turn",
+        ax.annotation in ("serial", "parallel") and ax.thread is None,
+        f"axis {ax.name} is {ax.thread or ax.annotation}; only a serial loop, or a parallel"
+        " one whose threads each run a run of its iterations, runs them in turn",
     )
     if st.spread:
         _leaf(stage, st.spread)
