@@ -202,9 +202,8 @@ def _loop_named(body: Stmt, name: str) -> tuple[str, int] | None:
     """Loop ``name`` inside ``body`` (each copy of it, as an edge tile's, of one extent): its
     variable and extent; None where there is none or it is not a serial constant loop."""
     found = {_serial(s) for s in walk_stmts(body) if isinstance(s, For) and s.var == name}
-    if len(found) != 1 or None in found:
-        return None
-    return name, found.pop()  # type: ignore[return-value]
+    extent = found.pop() if len(found) == 1 else None
+    return None if extent is None else (name, extent)
 
 
 class _FetchAt(StmtMutator):
