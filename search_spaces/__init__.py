@@ -120,8 +120,9 @@ class Operator:
         rng = np.random.default_rng(seed)
         arrays = []
         for t in tensors[:-1]:
-            if t.dtype == "int8":
-                arrays.append(rng.integers(-128, 128, t.shape_ints).astype(np.int8))
+            if t.dtype in ("int8", "uint8"):
+                info = np.iinfo(t.dtype)
+                arrays.append(rng.integers(info.min, info.max + 1, t.shape_ints).astype(t.dtype))
             else:
                 arrays.append((rng.random(t.shape_ints) * 2 - 1).astype(t.dtype))
         return arrays

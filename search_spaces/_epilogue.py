@@ -12,8 +12,12 @@ text of ``;``-separated steps, applied in order to the template's output value
     <op>@<b>  op in add sub rsub mul div rdiv max min pow, b in c f s     an extra input
 
     <op>@v<k>                                                             an earlier value
+    quant_int8:<scale>:<zero_point>  quant_uint8:<scale>:<zero_point>     last step only
 
-``rsub`` is ``x - v`` and ``rdiv`` ``x / v``. ``@v<k>`` reads the value after the
+``rsub`` is ``x - v`` and ``rdiv`` ``x / v``. A ``quant_*`` step is ONNX's QuantizeLinear
+with a constant scale and zero point (``tuner.graph.ops.quant.quantize``): it ends the
+epilogue, and the template's output has its integer type (a convolution that writes the
+int8 activations the next one reads). ``@v<k>`` reads the value after the
 first ``k`` steps (``@v0`` the template's output), ``k`` at most the step's own
 position: ``sigmoid;mul@v0`` is SiLU (``v * sigmoid(v)``), ``mul@v0`` alone ``v * v``.
 A graph's diamond (a Sigmoid and a Mul both reading a convolution) is one chain
@@ -46,6 +50,7 @@ import numpy as np
 
 from tuner import te
 from tuner.graph.ops import activations as act
+from tuner.graph.ops.quant import quantize, quantize_numpy
 from tuner.te import Tensor
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "NONE",
     "PARAMETRISED",
     "PARAM_DOC",
+    "QUANT",
     "UNARY",
     "Epilogue",
     "Step",
@@ -116,6 +122,8 @@ _BINARY: dict[str, Fn] = {  # (math, v, x)
     "min": lambda m, v, x: m.minimum(v, x),
     "pow": lambda m, v, x: m.pow(v, x),
 }
+#: The quantizing steps and the integer type each writes (the last step only).
+QUANT = {"quant_int8": "int8", "quant_uint8": "uint8"}
 #: Steps with a constant: ``addc:<x>`` ... (no ``subc``: that is ``addc`` of ``-x``).
 CONSTANT_OPS = ("add", "mul", "rsub", "div", "rdiv", "pow", "max", "min")
 #: Steps with an extra input: ``<op>@<b>``.
@@ -131,7 +139,7 @@ _MAX_USES = 64
 
 @dataclass(frozen=True)
 class Step:
-    """One step: ``kind`` is "unary", "param", "const", "extra" or "earlier"."""
+    """One step: ``kind`` is "unary", "param", "const", "extra", "earlier" or "quant"."""
 
     kind: str
     op: str
@@ -154,6 +162,11 @@ class Step:
         if self.kind == "unary":
             return UNARY[self.op].uses
         return PARAMETRISED[self.op].uses if self.kind == "param" else 1
+
+    @property
+    def integer(self) -> bool:
+        """Whether the step writes an integer (a quantizing step)."""
+        return self.kind == "quant"
 
 
 def _error(text: str, step: str, why: str) -> Exception:
@@ -191,6 +204,16 @@ def _step(text: str, word: str) -> Step:
             )
         return Step("extra", op, broadcast=b)
     name, *args = word.split(":")
+    if name in QUANT:
+        if len(args) != 2:
+            raise _error(text, word, "needs 2 numbers (scale:zero_point)")
+        scale, zp = (_number(text, word, a) for a in args)
+        if not (scale > 0 and math.isfinite(scale)):
+            raise _error(text, word, f"has scale {scale!r}; a scale is positive and finite")
+        lo, hi = np.iinfo(QUANT[name]).min, np.iinfo(QUANT[name]).max
+        if zp != int(zp) or not lo <= zp <= hi:
+            raise _error(text, word, f"has zero point {zp!r}, not an {QUANT[name]}")
+        return Step("quant", name, (scale, zp))
     if name in PARAMETRISED:
         want = PARAMETRISED[name].params
         if len(args) != len(want):
@@ -200,7 +223,9 @@ def _step(text: str, word: str) -> Step:
         if len(args) != 1:
             raise _error(text, word, "needs one number (as in addc:1.0)")
         return Step("const", name[:-1], (_number(text, word, args[0]),))
-    known = [*UNARY, *PARAMETRISED, *(f"{op}c" for op in CONSTANT_OPS), "<op>@<c|f|s|v<k>>"]
+    known = [
+        *UNARY, *PARAMETRISED, *(f"{op}c" for op in CONSTANT_OPS), "<op>@<c|f|s|v<k>>", *QUANT
+    ]  # fmt: skip
     raise _error(text, word, f"is not a step; steps are {' '.join(known)}")
 
 
@@ -217,6 +242,12 @@ class Epilogue:
 
     def __bool__(self) -> bool:
         return bool(self.steps)
+
+    def out_dtype(self, dtype: str) -> str:
+        """The output's dtype: a quantizing last step's integer type, else ``dtype``."""
+        if self.steps and self.steps[-1].integer:
+            return QUANT[self.steps[-1].op]
+        return dtype
 
     @property
     def extras(self) -> tuple[Step, ...]:
@@ -260,6 +291,8 @@ class Epilogue:
                 v = _BINARY[s.op](act.TE, v, t[reads[s.broadcast]])
             elif s.kind == "earlier":
                 v = _BINARY[s.op](act.TE, v, seen[s.ref])
+            elif s.kind == "quant":
+                v = quantize(v, s.numbers[0], s.numbers[1], QUANT[s.op])
             else:
                 v = _te_step(s, v)
             seen.append(v)
@@ -268,9 +301,13 @@ class Epilogue:
     def apply_numpy(
         self, y: np.ndarray, extras: Sequence[np.ndarray], channel_axis: int
     ) -> np.ndarray:
-        """The NumPy twin of :meth:`apply` on the whole output ``y`` (in y's dtype)."""
+        """The NumPy twin of :meth:`apply` on the whole output ``y`` (in y's dtype, or the
+        integer type of a quantizing last step)."""
         inputs, dtype, seen = iter(extras), y.dtype, [y]
         for s in self.steps:
+            if s.kind == "quant":
+                scale, zero_point = s.numbers
+                return quantize_numpy(y.astype(np.float32), scale, zero_point, QUANT[s.op])
             if s.kind == "earlier":
                 y = _BINARY[s.op](act.NP, y, seen[s.ref])
             elif s.kind == "extra":
@@ -316,6 +353,8 @@ def parse(text: str) -> Epilogue:
         if s.kind == "earlier" and s.ref > i:
             raise _error(text, s.text, f"reads v{s.ref}, not made yet (step {i} reads v0 to v{i})")
         copies.append(copies[i] + copies[s.ref] if s.kind == "earlier" else copies[i] * s.uses)
+        if s.integer and i + 1 < len(steps):
+            raise _error(text, s.text, "quantizes, so it must be the last step")
         if copies[-1] > _MAX_USES:
             raise _error(
                 text,

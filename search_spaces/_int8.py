@@ -35,6 +35,8 @@ from tuner.schedule import Schedule
 from tuner.target import Target
 from tuner.te import Tensor
 
+from ._epilogue import NONE
+from ._epilogue import parse as parse_epilogue
 from ._gemm import (
     accumulator_budget,
     balanced_nc_tiles,
@@ -47,7 +49,7 @@ from ._gemm import (
     tile_registers,
 )
 
-__all__ = ["DEPTH", "blocks_fit", "define", "dot_default", "schedule", "supported"]
+__all__ = ["DEPTH", "arguments", "blocks_fit", "define", "dot_default", "schedule", "supported"]
 
 #: Bytes of A and B per int32 lane and step of the instruction.
 DEPTH = 4
@@ -65,12 +67,29 @@ def padded(K: int) -> int:
 
 
 def define(
-    M: int, N: int, K: int, mr: int, nr: int, trans_a: bool = False, trans_b: bool = False
+    M: int,
+    N: int,
+    K: int,
+    mr: int,
+    nr: int,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    a_dtype: str = "int8",
+    zero_point: bool = False,
+    epilogue: str = NONE,
 ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-    """``A``, ``B`` and the stages (``Au``, ``Bp``, ``Bs``, ``P``, ``C``) of the module docstring."""
-    A = te.placeholder((K, M) if trans_a else (M, K), "int8", name="A")
+    """``A``, ``B`` and the stages (``Au``, ``Bp``, ``Bs``, ``P``, ``C``) of the module docstring.
+
+    ``a_dtype`` uint8 reads A's bytes as they are (no shift). With ``zero_point`` a
+    placeholder ``AZ`` (one value of A's dtype) is subtracted from A:
+    ``C = P - (shift + AZ) * Bs``. An ``epilogue`` (``search_spaces._epilogue``) runs on
+    ``float32(C)``; its extra inputs ``E0``... are float32 and ``C`` is float32, or the
+    integer type of a quantizing last step.
+    """
+    A = te.placeholder((K, M) if trans_a else (M, K), a_dtype, name="A")
     B = te.placeholder((N, K) if trans_b else (K, N), "int8", name="B")
     Kp = padded(K)
+    shift = _SHIFT if a_dtype == "int8" else 0
 
     def a_at(i: Any, k: Any) -> te.Expr:
         return A[k, i] if trans_a else A[i, k]
@@ -82,7 +101,9 @@ def define(
         return te.minimum(x, n - 1)
 
     def shifted(i: Any, k: Any) -> te.Expr:
-        return (a_at(i, k).astype("int32") + _SHIFT).astype("uint8")
+        if not shift:
+            return a_at(i, k)
+        return (a_at(i, k).astype("int32") + shift).astype("uint8")
 
     # Guards only where K leaves a ragged group or N a ragged panel: a guarded copy runs
     # scalar. Rows past M (in A's last panel) repeat its last row: no tile stores them.
@@ -106,8 +127,8 @@ def define(
     r = te.reduce_axis(K, name="r")
     Bs = te.compute((N,), lambda j: te.sum(b_at(r, j).astype("int32"), axis=r), name="Bs")
     k = te.reduce_axis(Kp, name="k")
-    P = te.compute(
-        (M, N),
+    P = te.compute(  # whole column panels: B's padding makes the columns past N zeros
+        (M, panels * nr),
         lambda i, j: te.sum(
             Au[i // mr, k // DEPTH, i % mr, k % DEPTH].astype("int32")
             * Bp[j // nr, k // DEPTH, j % nr, k % DEPTH].astype("int32"),
@@ -115,8 +136,35 @@ def define(
         ),
         name="P",
     )
-    C = te.compute((M, N), lambda i, j: P[i, j] - _SHIFT * Bs[j], name="C")
-    return A, B, {"Au": Au, "Bp": Bp, "Bs": Bs, "P": P, "C": C}
+    stages = {"Au": Au, "Bp": Bp, "Bs": Bs, "P": P}
+    if zero_point:
+        stages["AZ"] = te.placeholder((1,), a_dtype, name="AZ")
+    steps = parse_epilogue(epilogue)
+    extras = steps.placeholders(N, (M, N))
+
+    def corrected(i: Any, j: Any) -> te.Expr:
+        z: te.Expr | int = shift
+        if zero_point:
+            z = stages["AZ"][0].astype("int32") + shift
+        if isinstance(z, int) and z == 0:
+            return P[i, j]
+        return P[i, j] - z * Bs[j]
+
+    def output(i: Any, j: Any) -> te.Expr:
+        if not steps:
+            return corrected(i, j)
+        return steps.apply(corrected(i, j).astype("float32"), j, (i, j), extras)
+
+    C = te.compute((M, N), output, name="C")
+    return A, B, {**stages, **{e.name: e for e in extras}, "C": C}
+
+
+def arguments(st: Mapping[str, Tensor], A: Tensor, B: Tensor) -> list[Tensor]:
+    """The kernel's arguments: A, B, (AZ,) the epilogue's inputs E0..., C."""
+    extras = sorted(
+        (n for n in st if n.startswith("E") and n[1:].isdigit()), key=lambda n: int(n[1:])
+    )
+    return [A, B, *([st["AZ"]] if "AZ" in st else []), *(st[n] for n in extras), st["C"]]
 
 
 def blocks_fit(cfg: Mapping[str, Any], K: int) -> bool:
@@ -157,7 +205,10 @@ def dot_default(M: int, N: int, K: int, target: Target) -> dict[str, Any]:
     Kp = padded(K)
     whole = [c for c in kc_choices(K) if c % DEPTH == 0]
     single = [c for c in whole if Kp <= c <= 1024]
-    kc = min(single) if single else max(c for c in whole if c <= 512)
+    # Else whole blocks: a ragged last block bounds the reduction loop, which ran the
+    # nest at a third of its speed (784 x 128 x 1152: KC 512 0.38 ms a third... KC 384).
+    dividing = [c for c in whole if c <= 1024 and Kp % c == 0]
+    kc = min(single) if single else max(dividing or [c for c in whole if c <= 512])
     unroll = next((u for u in (2, 1) if blocks_fit({"kc": kc, "k_unroll": u}, K)), 1)
     threads = target.threads or target.cores
     return {
@@ -184,23 +235,43 @@ def schedule(
     target: Target,
     trans_a: bool = False,
     trans_b: bool = False,
+    a_dtype: str = "int8",
+    zero_point: bool = False,
+    epilogue: str = NONE,
 ) -> tuple[Schedule, list[Tensor]]:
-    """The nest of the module docstring for ``cfg`` (the matmul space's knobs)."""
-    intrin = dot_intrinsic(target)
-    if intrin is None:
+    """The nest of the module docstring for ``cfg`` (the matmul space's knobs); the
+    arguments of :func:`define` after the target. ``int8_dot`` False (or a target without
+    the instruction refused by the caller) runs the same nest on int32 vectors."""
+    intrin = dot_intrinsic(target) if cfg.get("int8_dot", True) else None
+    if cfg.get("int8_dot", True) and intrin is None:
         raise ValueError(f"target {target} has no int8 dot product (int8_dot_bits)")
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
-    A, B, st = define(M, N, K, mr, nr, trans_a, trans_b)
+    A, B, st = define(M, N, K, mr, nr, trans_a, trans_b, a_dtype, zero_point, epilogue)
     Au, Bp, Bs, P, C = st["Au"], st["Bp"], st["Bs"], st["P"], st["C"]
     s = te.create_schedule(C)
-    outer, nc, _ = blocked_output(s, C, P, cfg)
-    loops = register_blocked(s, P, cfg, nc=nc, dot=intrinsic(intrin))
-    # Integer code is vectorized by LLVM's SLP pass here (the kernel has register tiles),
-    # which needs straight-line code: one vector's lanes of the correction, and one
-    # 64-byte group of a panel (16 columns x 4 rows of B), unrolled in the source.
     lanes = target.lanes("int32")
-    _, jvi = s[C].split(s[C].leaf_axes[-1], factor=lanes)
-    s[C].unroll(jvi)
+    dot = intrinsic(intrin) if intrin else None
+    if cfg.get("p_at", "block") == "root":
+        # The product first, whole panels wide (its tiles never meet a column edge, which
+        # would run them as plain loops), then C reads it back.
+        loops = register_blocked(s, P, cfg, dot=dot)
+        i, j = s[C].op.axis
+        _, jv = s[C].split(j, factor=lanes)
+        s[C].unroll(jv)
+        if cfg["parallel"]:
+            rows_first = cfg.get("parallel_at", "cols") == "rows"
+            s[P].parallel(loops.io if rows_first else loops.jo)
+            s[C].parallel(i)
+    else:
+        outer, nc, rows = blocked_output(s, C, P, cfg)
+        loops = register_blocked(s, P, cfg, nc=nc, dot=dot)
+        _, jvi = s[C].split(s[C].leaf_axes[-1], factor=lanes)
+        s[C].unroll(jvi)
+        if cfg["parallel"]:  # column blocks, or row blocks (each packs its own panels of B)
+            s[C].parallel(rows if cfg.get("parallel_at", "cols") == "rows" else outer[-1])
+    # Integer code is vectorized by LLVM's SLP pass here (the kernel has register tiles),
+    # which needs straight-line code: one vector's lanes of the correction (above), and one
+    # 64-byte group of a panel (16 columns x 4 rows of B), unrolled in the source.
     s[Bp].compute_at(s[P], loops.ko)
     *_, jr, q = s[Bp].op.axis
     _, jri = s[Bp].split(jr, factor=lanes)
@@ -220,6 +291,4 @@ def schedule(
             s[Bs].parallel(jo)
     elif cfg["parallel"]:
         s[Bs].parallel(j)
-    if cfg["parallel"]:
-        s[C].parallel(outer[-1])
-    return s, [A, B, C]
+    return s, arguments(st, A, B)

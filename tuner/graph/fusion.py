@@ -9,7 +9,7 @@ patterns), in three sweeps over the graph in topological order:
    output's shape and dtype, and reads besides only outer values and earlier
    links; a value joins once all its readers have (SiLU's Sigmoid and Mul
    both read the convolution) and no graph output stays inside: a template's
-   epilogue.
+   epilogue. A QuantizeLinear may end the chain (the kernel writes int8).
 2. A REDUCTION (Softmax, LayerNormalization, ReduceMean) takes its
    ELEMENTWISE prologue (producers read only by this group, no graph outputs)
    and then an epilogue by the anchor rule.
@@ -133,6 +133,8 @@ class _Fuser:
                     self.add(g, m)
                 inside |= {self.out[m] for m in path}
                 head, path = end, []
+            if self.quantizes(c, ref):
+                return  # the kernel writes the integers; nothing follows
 
     def next_link(self, g: int, end: int, inside: set[str], ref: Value) -> int | None:
         """The first reader of ``end``'s output that may follow it in group ``g``'s chain."""
@@ -143,12 +145,19 @@ class _Fuser:
             if self.kinds[c] != OpKind.ELEMENTWISE or self.group_of[c] is not None:
                 continue
             v = self.graph.value(self.out[c])
-            if (v.shape, v.dtype) != (ref.shape, ref.dtype):
+            if (v.shape, v.dtype) != (ref.shape, ref.dtype) and not self.quantizes(c, ref):
                 continue
             outer = [i for i in self.nodes[c].inputs if i and i not in inside]
             if not any(self.depends_on(i, g) for i in outer):
                 return c
         return None
+
+    def quantizes(self, c: int, ref: Value) -> bool:
+        """Whether node ``c`` is a QuantizeLinear of the chain's value, which may end an
+        epilogue: the kernel then writes its integers (a quantized model's next layer reads
+        them)."""
+        v = self.graph.value(self.out[c])
+        return self.nodes[c].op == "QuantizeLinear" and v.shape == ref.shape
 
     def closes(self, head: int, path: list[int]) -> bool:
         """Whether every value the path leaves inside (the head's and all but the last

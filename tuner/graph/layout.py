@@ -81,8 +81,15 @@ _AXIS_BOUND = frozenset({"BatchNormalization"})
 _END = np.iinfo(np.int64).max // 2
 
 
-def _image(v: Value) -> bool:
-    return v.static and len(v.shape) == 4 and v.dtype == "float32" and not v.is_const
+def _image(v: Value, dtypes: tuple[str, ...] = ("float32",)) -> bool:
+    return v.static and len(v.shape) == 4 and v.dtype in dtypes and not v.is_const
+
+
+#: What each window operator's image may be: a quantized convolution's is int8 or uint8.
+_IMAGE_DTYPES = {"tuner.QConv": ("int8", "uint8")}
+#: The operators the layout pass always makes channels-last (their NCHW kernels lose more
+#: than two transposes cost).
+_CONVS = ("Conv", "tuner.QConv")
 
 
 def _dims(v: Value) -> tuple[int, ...]:
@@ -181,9 +188,15 @@ class _Pass:
 
     def window(self, node: Node) -> bool:
         x = self.values[node.inputs[0]]
-        if node.op not in NHWC_OPS or not _image(x) or len(node.outputs) != 1:
+        if node.op not in NHWC_OPS or len(node.outputs) != 1:
             return False
-        if node.op != "Conv" and node.inputs[0] not in self.held and not self._nhwc_reader(node):
+        if not _image(x, _IMAGE_DTYPES.get(node.op, ("float32",))):
+            return False
+        if (
+            node.op not in _CONVS
+            and node.inputs[0] not in self.held
+            and not self._nhwc_reader(node)
+        ):
             return False  # two transposes for one pool
         inputs = (self.to(node.inputs[0], _TO_NHWC), *node.inputs[1:])
         outs = self._hold(node, _TO_NHWC)
@@ -436,7 +449,7 @@ def _permuted(shape: tuple[Dim, ...], perm: Perm) -> tuple[Dim, ...]:
 def channels_last(graph: Graph, lanes: int = 8) -> Graph:
     """``graph`` with its convolutional part channels-last (see the module's docstring);
     unchanged without a convolution or on a target of one lane."""
-    if lanes <= 1 or not any(n.op == "Conv" for n in graph.nodes):
+    if lanes <= 1 or not any(n.op in _CONVS for n in graph.nodes):
         return graph
     return _Pass(graph).run()
 

@@ -47,11 +47,11 @@ class Builder:
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     new_values: dict[str, Value] = field(default_factory=dict)
 
-    def const(self, stem: str, data: np.ndarray) -> str:
+    def const(self, stem: str, data: np.ndarray, dtype: str = "float32") -> str:
         name = f"{stem}__{len(self.consts)}"
-        arr = np.ascontiguousarray(data, dtype=np.float32)
+        arr = np.ascontiguousarray(data, dtype=dtype)
         self.consts[name] = arr
-        self.new_values[name] = Value(name, "float32", tuple(arr.shape), arr)
+        self.new_values[name] = Value(name, dtype, tuple(arr.shape), arr)
         return name
 
     def value(self, name: str) -> Value:

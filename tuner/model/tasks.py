@@ -220,6 +220,8 @@ def _epilogue(
         made = None
         if values[n.outputs[0]].dtype == "float32":
             made = _node_steps(b, n, at, values, out_shape, channel_axis)
+        elif n.op == "QuantizeLinear" and list(at)[-1] == n.inputs[0]:
+            made = _quantize_step(n, values)
         if made is None:
             break
         steps.extend(made[0])
@@ -270,6 +272,20 @@ def _node_steps(
         return None
     text, extra = made
     return [text], [extra] if extra else []
+
+
+def _quantize_step(n: Node, values: Mapping[str, Value]) -> tuple[list[str], list[str]] | None:
+    """A QuantizeLinear by one constant scale and zero point into int8 or uint8: the step
+    ``quant_<type>:<scale>:<zero_point>`` that ends an epilogue."""
+    out = values[n.outputs[0]].dtype
+    scale = values[n.inputs[1]].data
+    zp = values[n.inputs[2]].data if len(n.inputs) > 2 and n.inputs[2] else np.zeros(1)
+    if out not in ("int8", "uint8") or scale is None or zp is None:
+        return None
+    if scale.size != 1 or zp.size != 1 or int(n.attr("block_size", 0) or 0):
+        return None
+    s, z = float(np.float32(scale.reshape(-1)[0])), float(zp.reshape(-1)[0])
+    return [f"quant_{out}:{_num(s)}:{_num(z)}"], []
 
 
 def _unary_step(n: Node, values: Mapping[str, Value]) -> str | None:

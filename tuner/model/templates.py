@@ -139,6 +139,61 @@ def _nhwc_conv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
     return Match("conv2d", args, inputs, _shape(y), 3)
 
 
+def _nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
+    """A channels-last quantized convolution (``tuner.NhwcQConv``, from the pass
+    ``tuner.graph.quantized``) as the integer matmul ``X[N*OH*OW, C*R*S] @ W[R*S*C, K]``
+    (``matmul_integer``): the image itself where the window is one pixel, its windows
+    (``im2col_nhwc``, padded with the zero point, first) otherwise. The weight is laid
+    out once, here; the scales ``x_scale * w_scale[k]`` and the bias are the epilogue's
+    first steps, so the activation and the next QuantizeLinear follow them in the kernel.
+    """
+    from ..graph.ops.windows import conv_params
+
+    x, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
+    consts = [values[i].data for i in n.inputs[1:5]]
+    if any(c is None for c in consts) or len(x.shape) != 4 or not (x.static and y.static):
+        return None
+    wq, xs, xz, ws = consts[0], consts[1], consts[2], consts[3]
+    N, H, W, C = _shape(x)
+    p = conv_params(n, (N, C, H, W), _shape(w))
+    window = p.uniform()
+    if window is None or p.group != 1:
+        return None
+    stride, pad, dilation = window
+    K, _, R, S = _shape(w)
+    _, OH, OW, _ = _shape(y)
+    image = {
+        "N": N, "C": C, "H": H, "W": W, "R": R, "S": S,
+        "stride": stride, "pad": pad, "dilation": dilation,
+    }  # fmt: skip
+    zero = int(np.asarray(xz).reshape(-1)[0])
+    source, prologue, Cp = n.inputs[0], None, C
+    if (R, S, stride, pad) != (1, 1, 1, 0):
+        Cp = -(-C // 4) * 4  # whole groups of 4 bytes: A's rows copy without a guard
+        source = f"{n.outputs[0]}__im2col{len(b.specs)}"
+        b.new_values[source] = Value(source, x.dtype, (N * OH * OW, R * S * Cp))
+        cols = {**image, "dtype": x.dtype, "fill": zero, "channels": Cp}
+        task = Task.make("im2col_nhwc", cols, b.target)
+        prologue = KernelSpec(task, (n.inputs[0],), source, "Im2col", (n.name,))
+    assert wq is not None and xs is not None and ws is not None
+    rows, depth = N * OH * OW, R * S * Cp
+    wide = np.zeros((K, Cp, R, S), np.int8)  # zero weights for the padded channels
+    wide[:, :C] = wq
+    weight = b.const(n.inputs[1], wide.transpose(2, 3, 1, 0).reshape(depth, K), "int8")
+    zp = b.const(f"{n.inputs[0]}_zero_point", np.asarray(xz).reshape(1), x.dtype)
+    scale = np.float32(np.asarray(xs).reshape(-1)[0]) * np.asarray(ws, np.float32).reshape(-1)
+    scales = b.const(f"{n.outputs[0]}_scale", np.broadcast_to(scale, (K,)).astype(np.float32))
+    steps, extras = ["mul@c"], [scales]
+    if len(n.inputs) > 5 and n.inputs[5]:
+        steps.append("add@c")
+        extras.append(n.inputs[5])
+    args = {"M": rows, "N": K, "K": depth, "a_dtype": x.dtype}
+    inputs = [source, weight, zp]
+    return Match(
+        "matmul_integer", args, inputs, _shape(y), 3, tuple(steps), tuple(extras), prologue
+    )
+
+
 def _pointwise_conv(
     n: Node, x: str, K: int, C: int, pixels: int, bias: bool, out_shape: tuple[int, ...]
 ) -> Match:
@@ -311,6 +366,7 @@ def _transpose(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
 TEMPLATES: dict[str, Matcher] = {
     "Conv": _conv,
     "tuner.NhwcConv": _nhwc_conv,
+    "tuner.NhwcQConv": _nhwc_qconv,
     "MatMul": _matmul,
     "Gemm": _gemm,
     "MaxPool": _pool,

@@ -128,6 +128,7 @@ _FAMILIES = (
     "shape",
     "channels_last",
     "quant",
+    "quant_conv",
 )
 _LOADED = False
 

@@ -33,6 +33,7 @@ NHWC_OPS = {
     "AveragePool": "tuner.NhwcAveragePool",
     "GlobalAveragePool": "tuner.NhwcGlobalAveragePool",
     "GlobalMaxPool": "tuner.NhwcGlobalMaxPool",
+    "tuner.QConv": "tuner.NhwcQConv",
 }
 _BASE = {twin: base for base, twin in NHWC_OPS.items()}
 
@@ -77,7 +78,8 @@ def _to_nhwc(y: Tensor, name: str) -> Tensor:
 
 def _register() -> None:
     for base, twin in NHWC_OPS.items():
-        kind = OpKind.ANCHOR if base in ("Conv", "MaxPool", "AveragePool") else OpKind.REDUCTION
+        anchors = ("Conv", "tuner.QConv", "MaxPool", "AveragePool")
+        kind = OpKind.ANCHOR if base in anchors else OpKind.REDUCTION
         register(twin, kind, lower=_lower)(_evaluate)
 
 

@@ -23,6 +23,7 @@ lies on a rounding boundary (see ``tests/graph/test_quant.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from . import LowerContext, OpKind, register
 from .activations import TE
 from .elementwise import input_array, te_shape
 
-__all__: list[str] = []
+__all__ = ["quantize", "quantize_numpy"]
 
 #: The integer types a quantized value may have.
 _INTEGERS = ("int8", "uint8", "int32")
@@ -90,12 +91,22 @@ def _eval_dequantize(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np
 def _eval_quantize(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     x, scale = input_array(node, arrays, 0), input_array(node, arrays, 1)
     zp = _zero_point(node, arrays, "uint8")
-    lo, hi = _check_int(node, zp.dtype.name, "zero point")
+    _check_int(node, zp.dtype.name, "zero point")
     axis = _axis(node, max(x.ndim, 1), scale.size)
+    return [
+        quantize_numpy(
+            x, _per_axis(scale, axis, x.ndim), _per_axis(zp, axis, x.ndim), zp.dtype.name
+        )
+    ]
+
+
+def quantize_numpy(x: np.ndarray, scale: Any, zero_point: Any, dtype: str) -> np.ndarray:
+    """ONNX's QuantizeLinear of ``x`` (float32 division, half to even, saturated to ``dtype``)."""
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     with np.errstate(all="ignore"):
-        q = np.rint(x.astype(np.float32) / _per_axis(scale.astype(np.float32), axis, x.ndim))
-    q = q + _per_axis(zp.astype(np.float32), axis, x.ndim)
-    return [np.clip(q, lo, hi).astype(zp.dtype)]
+        q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32))
+    q = q + np.asarray(zero_point).astype(np.float32)
+    return np.clip(q, lo, hi).astype(dtype)
 
 
 # -- lowering --------------------------------------------------------------------------
@@ -143,7 +154,7 @@ def _lower_dequantize(ctx: LowerContext) -> list[Tensor]:
 def _lower_quantize(ctx: LowerContext) -> list[Tensor]:
     x = ctx.tensor(0)
     out = ctx.outputs[0]
-    lo, hi = _check_int(ctx.node, out.dtype, "zero point")
+    _check_int(ctx.node, out.dtype, "zero point")
     scale, axis = _scale_axis(ctx)
     zp = _zero_point_tensor(ctx)
     shape = te_shape(out.shape)
@@ -151,15 +162,29 @@ def _lower_quantize(ctx: LowerContext) -> list[Tensor]:
     def body(*idx: Expr) -> Expr:
         s = _param(scale, axis, idx)
         assert s is not None
-        v = x[idx].astype("float32") / s.astype("float32")
-        z = _param(zp, axis, idx)
-        zf = z.astype("float32") if z is not None else te.const(0.0, "float32")
-        # Saturating before rounding is the same (the bounds are integers), and keeps
-        # the value where adding 1.5 * 2^23 rounds it half to even in one addition.
-        v = te.minimum(te.maximum(v, _f(lo) - zf), _f(hi) - zf)
-        return (_round(v, out.dtype) + zf).astype(out.dtype)
+        return quantize(x[idx], s, _param(zp, axis, idx), out.dtype)
 
     return [te.compute(shape, body, name=ctx.name, dtype=out.dtype)]
+
+
+def quantize(x: Expr, scale: Expr | float, zero_point: Expr | float | None, dtype: str) -> Expr:
+    """ONNX's QuantizeLinear of the element ``x`` into ``dtype`` (int8, uint8 or int32):
+    ``saturate(round(x / scale) + zero_point)``, half to even. What QuantizeLinear lowers to,
+    and the epilogue step that ends a kernel with a quantized output (``search_spaces._epilogue``).
+    """
+    lo, hi = (int(b) for b in (np.iinfo(dtype).min, np.iinfo(dtype).max))
+    s = _f(scale) if isinstance(scale, float | int) else scale.astype("float32")
+    v = x.astype("float32") / s
+    if zero_point is None:
+        zf = te.const(0.0, "float32")
+    elif isinstance(zero_point, float | int):
+        zf = _f(zero_point)
+    else:
+        zf = zero_point.astype("float32")
+    # Saturating before rounding is the same (the bounds are integers), and keeps
+    # the value where adding 1.5 * 2^23 rounds it half to even in one addition.
+    v = te.minimum(te.maximum(v, _f(lo) - zf), _f(hi) - zf)
+    return (_round(v, dtype) + zf).astype(dtype)
 
 
 def _f(value: float) -> Expr:

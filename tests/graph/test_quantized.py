@@ -1,0 +1,143 @@
+"""Integer convolutions of QDQ models: the ``tuner.QConv`` operator (NumPy evaluation, plain
+lowering, channels-last twin) and the pass ``tuner.graph.quantized.integer_convs``.
+
+The operator is checked against the float convolution of the dequantized operands
+(what the QDQ graph means); the pass on hand-built QDQ graphs, which it rewrites
+where it should and leaves alone where the integer template has no kind for them.
+Compiled QDQ models are checked against onnxruntime in ``test_quant.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tuner.graph import Graph, Node, Value
+from tuner.graph.interpret import run_graph
+from tuner.graph.ops import opdef
+from tuner.graph.quantized import integer_convs
+
+from .helpers import evaluate, lower_and_run
+
+RNG = np.random.default_rng(5)
+
+
+def _operands(dtype: str, C: int, K: int, per_channel: bool, bias: bool) -> list[np.ndarray]:
+    info = np.iinfo(dtype)
+    xq = RNG.integers(info.min, info.max + 1, (1, C, 9, 7)).astype(dtype)
+    wq = RNG.integers(-128, 128, (K, C, 3, 3)).astype(np.int8)
+    xs = np.array([0.02], np.float32)
+    xz = np.array([RNG.integers(info.min, info.max + 1)], dtype)
+    ws = (RNG.random(K if per_channel else 1) * 0.01 + 1e-3).astype(np.float32)
+    ops = [xq, wq, xs, xz, ws]
+    return [*ops, RNG.standard_normal(K).astype(np.float32)] if bias else ops
+
+
+def _float_conv(ops: list[np.ndarray], attrs: dict) -> np.ndarray:
+    xq, wq, xs, xz, ws = ops[:5]
+    x = (xq.astype(np.float64) - xz.astype(np.float64)) * xs.astype(np.float64)
+    w = wq.astype(np.float64) * ws.astype(np.float64).reshape(-1, 1, 1, 1)
+    y = evaluate("Conv", [x, w, *ops[5:]], attrs)[0]
+    return np.asarray(y, np.float64)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "per_channel", "bias", "attrs"),
+    [
+        ("uint8", True, True, {"pads": [1, 1, 1, 1]}),
+        ("int8", False, False, {"strides": [2, 2]}),
+        ("int8", True, True, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ],
+)
+def test_qconv_is_the_float_convolution_of_the_dequantized_operands(
+    dtype: str, per_channel: bool, bias: bool, attrs: dict
+) -> None:
+    ops = _operands(dtype, 5, 7, per_channel, bias)
+    want = _float_conv(ops, attrs)
+    got = evaluate("tuner.QConv", ops, attrs)[0]
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    (lowered,) = lower_and_run("tuner.QConv", ops, attrs, [got], const={2, 3, 4})
+    np.testing.assert_allclose(lowered, got, rtol=1e-6, atol=1e-6 * np.abs(got).max())
+
+
+def test_the_channels_last_twin_is_the_same_convolution() -> None:
+    ops = _operands("uint8", 4, 6, True, True)
+    nchw = evaluate("tuner.QConv", ops, {"pads": [1, 1, 1, 1]})[0]
+    nhwc = [ops[0].transpose(0, 2, 3, 1).copy(), *ops[1:]]
+    got = evaluate("tuner.NhwcQConv", nhwc, {"pads": [1, 1, 1, 1]})[0]
+    np.testing.assert_array_equal(got, nchw.transpose(0, 2, 3, 1))
+    (lowered,) = lower_and_run("tuner.NhwcQConv", nhwc, {"pads": [1, 1, 1, 1]}, [got], {2, 3, 4})
+    np.testing.assert_allclose(lowered, got, rtol=1e-6, atol=1e-6 * np.abs(got).max())
+
+
+def _qdq_conv(
+    group: int = 1, w_zero: int = 0, x_scale_size: int = 1, bias_dtype: str = "int32"
+) -> Graph:
+    """x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Relu -> Q -> DQ -> y, as quantize_static writes."""
+    C, K = 4, 8
+    wq = RNG.integers(-128, 128, (K, C // group, 3, 3)).astype(np.int8)
+    consts = {
+        "xs": np.full(x_scale_size, 0.03, np.float32),
+        "xz": np.full(x_scale_size, 3, np.uint8),
+        "wq": wq,
+        "ws": (RNG.random(K) * 0.01 + 1e-3).astype(np.float32),
+        "wz": np.full(K, w_zero, np.int8),
+        "bq": RNG.integers(-500, 500, K).astype(bias_dtype),
+        "bs": np.float32(0.03) * (RNG.random(K) * 0.01 + 1e-3).astype(np.float32),
+        "ys": np.array(0.05, np.float32),
+        "yz": np.array(7, np.uint8),
+    }
+    nodes = [
+        Node("QuantizeLinear", ("x", "xs", "xz"), ("xq",), {"axis": 1}, "qx"),
+        Node("DequantizeLinear", ("xq", "xs", "xz"), ("xd",), {"axis": 1}, "dqx"),
+        Node("DequantizeLinear", ("wq", "ws", "wz"), ("wd",), {"axis": 0}, "dqw"),
+        Node("DequantizeLinear", ("bq", "bs"), ("bd",), {"axis": 0}, "dqb"),
+        Node("Conv", ("xd", "wd", "bd"), ("c",), {"pads": [1, 1, 1, 1], "group": group}, "conv"),
+        Node("Relu", ("c",), ("r",), {}, "relu"),
+        Node("QuantizeLinear", ("r", "ys", "yz"), ("rq",), {}, "qr"),
+        Node("DequantizeLinear", ("rq", "ys", "yz"), ("y",), {}, "dqr"),
+    ]
+    values = [Value.const(k, v) for k, v in consts.items()]
+    shapes = {"xq": ("uint8", (1, C, 6, 5)), "xd": ("float32", (1, C, 6, 5))}
+    shapes.update({k: ("float32", (1, K, 6, 5)) for k in ("c", "r", "y")})
+    shapes["rq"] = ("uint8", (1, K, 6, 5))
+    shapes["wd"] = ("float32", wq.shape)
+    shapes["bd"] = ("float32", (K,))
+    values += [Value(k, t, s) for k, (t, s) in shapes.items()]
+    return Graph.make([Value("x", "float32", (1, C, 6, 5))], nodes, values, ["y"])
+
+
+def test_the_pass_makes_a_qdq_convolution_integer_and_keeps_its_meaning() -> None:
+    g = _qdq_conv()
+    h = integer_convs(g)
+    ops = [n.op for n in h.nodes]
+    assert "tuner.QConv" in ops and "Conv" not in ops
+    qconv = next(n for n in h.nodes if n.op == "tuner.QConv")
+    assert qconv.inputs[0] == "xq" and h.value(qconv.inputs[1]).dtype == "int8"
+    x = RNG.standard_normal((1, 4, 6, 5)).astype(np.float32)
+    want, got = run_graph(g, {"x": x})[0], run_graph(h, {"x": x})[0]
+    steps = np.abs(got - want) / 0.05  # within one quantization step of the output
+    assert steps.max() <= 1.001 and (steps > 0.5).mean() < 0.05
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["a depthwise-like grouped convolution", "weights with a zero point", "a per-axis image"],
+)
+def test_the_pass_leaves_what_the_integer_template_has_no_kind_for(why: str) -> None:
+    g = {
+        "a depthwise-like grouped convolution": lambda: _qdq_conv(group=2),
+        "weights with a zero point": lambda: _qdq_conv(w_zero=3),
+        "a per-axis image": lambda: _qdq_conv(x_scale_size=4),
+    }[why]()
+    assert integer_convs(g) is g
+
+
+def test_the_operator_is_an_anchor_that_fuses_its_epilogue() -> None:
+    from tuner.graph.fusion import fuse, groups_summary
+
+    h = integer_convs(_qdq_conv())
+    summary = groups_summary(fuse(h))
+    assert any(s.startswith("tuner.QConv+Relu+QuantizeLinear") for s in summary), summary
+    assert opdef("tuner.QConv").kind == opdef("Conv").kind

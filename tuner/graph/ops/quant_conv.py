@@ -1,0 +1,102 @@
+"""``tuner.QConv``: a convolution of quantized operands with a float output, what a QDQ
+model's ``Conv(DequantizeLinear(x), DequantizeLinear(w), b)`` computes, kept integer.
+
+::
+
+    QConv(xq, wq, x_scale, x_zero_point, w_scale, b)
+      = float32(sum (int32(xq) - x_zero_point) * int32(wq)) * float32(x_scale * w_scale[k]) + b[k]
+
+``xq`` is int8 or uint8 with one scale and zero point; ``wq`` an int8 constant with
+zero zero points and a scale per output channel (or one); ``b`` float32 (or ``''``).
+The sum is exact (int32), so the result is the float convolution of the dequantized
+operands up to float32's rounding of the product: what onnxruntime's QLinearConv
+computes before it requantizes. The graph pass ``tuner.graph.quantized`` makes these
+where the target has an int8 dot product; the layout pass makes them channels-last
+(``tuner.NhwcQConv``), and the model compiler runs them as ``im2col_nhwc`` and
+``matmul_integer``, the scale, bias, activation and the next QuantizeLinear fused.
+
+The NumPy evaluation is exact (int64 sums); the plain lowering pads with the zero point
+and sums in int32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ... import te
+from ...te import Tensor
+from ..ir import GraphError, Node
+from . import LowerContext, OpKind, register
+from .nn import _at, _conv_np, _padded
+from .windows import conv_params
+
+__all__ = ["QCONV"]
+
+#: The operator's name.
+QCONV = "tuner.QConv"
+
+
+def _check(node: Node, x_dtype: str) -> None:
+    if x_dtype not in ("int8", "uint8"):
+        raise GraphError(f"{node.describe()} reads a {x_dtype} image; int8 or uint8")
+
+
+def _scales(x_scale: np.ndarray, w_scale: np.ndarray, channels: int) -> np.ndarray:
+    """``x_scale * w_scale`` per output channel, float32 (as the kernel multiplies)."""
+    s = np.float32(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(w_scale, np.float32).reshape(-1)
+    return np.broadcast_to(s, (channels,)).astype(np.float32)
+
+
+@register(QCONV, OpKind.ANCHOR, lower=lambda ctx: _lower(ctx), const_inputs=(2, 3, 4))
+def _evaluate(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    xq, wq, xs, xz, ws = arrays[:5]
+    b = arrays[5] if len(arrays) > 5 else None
+    assert xq is not None and wq is not None and xs is not None and xz is not None
+    assert ws is not None
+    _check(node, xq.dtype.name)
+    p = conv_params(node, xq.shape, wq.shape)
+    x = xq.astype(np.int64) - np.int64(np.asarray(xz).reshape(-1)[0])
+    acc = _conv_np(x.astype(np.float64), wq.astype(np.float64), None, p)  # exact in float64
+    y = acc.astype(np.int64).astype(np.float32)
+    shape = (1, -1) + (1,) * p.rank
+    y = y * _scales(xs, ws, wq.shape[0]).reshape(shape)
+    if b is not None:
+        y = y + np.asarray(b, np.float32).reshape(shape)
+    return [y.astype(np.float32)]
+
+
+def _lower(ctx: LowerContext) -> list[Tensor]:
+    x, w = ctx.tensor(0), ctx.tensor(1)
+    _check(ctx.node, x.dtype)
+    p = conv_params(ctx.node, x.shape_ints, w.shape_ints)
+    zero = int(np.asarray(ctx.const(3)).reshape(-1)[0])
+    n, c = x.shape_ints[:2]
+    m = w.shape_ints[0]
+    cg, mg = c // p.group, m // p.group
+    src = _padded(ctx, x, p.pads_begin, p.pads_end, zero)
+    rc = te.reduce_axis(cg, name=f"{ctx.name}_rc")
+    rk = [te.reduce_axis(k, name=f"{ctx.name}_r{j}") for j, k in enumerate(p.kernel)]
+
+    def body(*i: te.Expr) -> te.Expr:
+        b, k, *o = i
+        chan = rc if p.group == 1 else (k // mg) * cg + rc
+        pos = [_at(*a) for a in zip(o, p.strides, rk, p.dilations, strict=True)]
+        xv = src[(b, chan, *pos)].astype("int32") - zero
+        return te.sum(xv * w[(k, rc, *rk)].astype("int32"), axis=[rc, *rk])
+
+    acc = te.compute((n, m, *p.out_spatial), body, name=f"{ctx.name}_acc")
+    xs, ws = ctx.tensor(2), ctx.tensor(4)
+    per_channel = int(np.prod(ws.shape_ints)) > 1
+    bias = ctx.inputs[5] if len(ctx.inputs) > 5 else None
+    zero_index = te.const(0, "int64")
+
+    def out(*i: te.Expr) -> te.Expr:
+        k = i[1]
+        w_scale = ws[(k if per_channel else zero_index,) + (zero_index,) * (ws.ndim - 1)]
+        x_scale = xs[(zero_index,) * xs.ndim]
+        y = acc[i].astype("float32") * (x_scale.astype("float32") * w_scale.astype("float32"))
+        return y if bias is None else y + bias[k]
+
+    return [te.compute(acc.shape_ints, out, name=ctx.name)]
