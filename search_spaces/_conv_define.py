@@ -27,6 +27,7 @@ def padded(p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None) -> Tenso
         return None
     pad, H, W = p.pad, p.H, p.W
     rows, cols = extent or (H + 2 * pad, W + 2 * pad)
+    fill = te.const(p.x_zero_point, X.dtype) if p.x_dtype != "float32" else 0.0
 
     def inside(h: te.Expr, w: te.Expr) -> te.Expr:
         return (h >= pad) & (h < H + pad) & (w >= pad) & (w < W + pad)
@@ -34,12 +35,12 @@ def padded(p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None) -> Tenso
     if p.nhwc:
         return te.compute(
             (p.N, rows, cols, p.C),
-            lambda n, h, w, c: te.if_then_else(inside(h, w), X[n, h - pad, w - pad, c], 0.0),
+            lambda n, h, w, c: te.if_then_else(inside(h, w), X[n, h - pad, w - pad, c], fill),
             name="Xp",
         )
     return te.compute(
         (p.N, p.C, rows, cols),
-        lambda n, c, h, w: te.if_then_else(inside(h, w), X[n, c, h - pad, w - pad], 0.0),
+        lambda n, c, h, w: te.if_then_else(inside(h, w), X[n, c, h - pad, w - pad], fill),
         name="Xp",
     )
 
@@ -47,7 +48,7 @@ def padded(p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None) -> Tenso
 def stages(p: Conv2d) -> dict[str, Tensor]:
     """Every tensor by role: X, W, B (bias), Xp (padding), conv (the sum) and Y (output)."""
     xshape = (p.N, p.H, p.W, p.C) if p.nhwc else (p.N, p.C, p.H, p.W)
-    X = te.placeholder(xshape, "float32", name="X")
+    X = te.placeholder(xshape, p.x_dtype, name="X")
     Wt = te.placeholder(p.weight_shape, "float32", name="W")
     out: dict[str, Tensor] = {"X": X, "W": Wt}
     Xp = padded(p, X)
@@ -67,12 +68,18 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
             return Wt[k // p.block, r, s, c, k % p.block]
         return Wt[r, s, c, k] if p.hwio else Wt[k, c, r, s]
 
+    def image(v: te.Expr) -> te.Expr:
+        if p.x_dtype == "float32":
+            return v
+        return v.astype("float32") - float(p.x_zero_point)
+
     name = "conv" if p.has_epilogue else "Y"
     if p.nhwc:
         conv = te.compute(
             (p.N, p.OH, p.OW, p.K),
             lambda n, oh, ow, k: te.sum(
-                src[n, oh * st + r * d, ow * st + s * d, chan(k)] * weight(k), axis=[c, r, s]
+                image(src[n, oh * st + r * d, ow * st + s * d, chan(k)]) * weight(k),
+                axis=[c, r, s],
             ),
             name=name,
         )
@@ -80,7 +87,8 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
         conv = te.compute(
             (p.N, p.K, p.OH, p.OW),
             lambda n, k, oh, ow: te.sum(
-                src[n, chan(k), oh * st + r * d, ow * st + s * d] * weight(k), axis=[c, r, s]
+                image(src[n, chan(k), oh * st + r * d, ow * st + s * d]) * weight(k),
+                axis=[c, r, s],
             ),
             name=name,
         )

@@ -45,13 +45,15 @@ def reference(
 ) -> np.ndarray:
     """The convolution by einsum over the windows of the padded input (float64 sums),
     then the bias, the activation and the epilogue on its ``extras``."""
+    if p.x_dtype != "float32":  # a quantized image: its values less the zero point
+        x = x.astype(np.float64) - p.x_zero_point
     xc = x.transpose(0, 3, 1, 2) if p.nhwc else x
     v = windows(p, xc.astype(np.float64)).reshape(p.N, p.groups, p.Cg, p.OH, p.OW, p.R, p.S)
     wg = p.oihw(w).astype(np.float64).reshape(p.groups, p.K // p.groups, p.Cg, p.R, p.S)
     y = np.einsum("ngcyxrs,gkcrs->ngkyx", v, wg).reshape(p.N, p.K, p.OH, p.OW)
     y = finish(p, y, None if b is None else b.astype(np.float64))
     y = p.steps.apply_numpy(y, extras, channel_axis=3 if p.nhwc else 1)
-    return y.astype(np.float32)
+    return y.astype(p.steps.out_dtype("float32"))  # a quantizing epilogue writes integers
 
 
 def numpy_fast(p: Conv2d, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:

@@ -46,6 +46,12 @@ class Conv2d:
     bias: bool = False
     activation: str = "none"
     epilogue: str = "none"  # the epilogue DSL (search_spaces._epilogue), after bias and relu
+    #: The image's type: float32, or a quantized image (uint8, int8) read as
+    #: ``float32(X) - x_zero_point`` (its scale folded into the weight by the caller),
+    #: padded with the zero point: a QDQ model's depthwise convolution reads its int8
+    #: activations so, without a dequantizing pass before it.
+    x_dtype: str = "float32"
+    x_zero_point: int = 0
 
     @classmethod
     def from_args(cls, a: Mapping[str, Any]) -> Conv2d:
@@ -135,6 +141,14 @@ class Conv2d:
         """Raise OperatorError (one sentence) for arguments that describe no convolution."""
         from . import OperatorError
 
+        if self.x_dtype == "float32" and self.x_zero_point:
+            raise OperatorError("conv2d x_zero_point goes with an integer x_dtype (uint8, int8)")
+        if self.x_dtype != "float32":
+            info = np.iinfo(self.x_dtype)
+            if not info.min <= self.x_zero_point <= info.max:
+                raise OperatorError(
+                    f"conv2d x_zero_point {self.x_zero_point} is not a {self.x_dtype}"
+                )
         if (self.block > 0) != self.blocked:
             raise OperatorError(
                 f"conv2d block={self.block}: a block of output channels (> 0) goes with "

@@ -399,6 +399,14 @@ def _register() -> None:
                 Param("bias", bool, False, doc="add a bias B[K] in the epilogue"),
                 Param("activation", str, "none", ("none", "relu"), doc="fused epilogue"),
                 Param("epilogue", str, NONE, doc=PARAM_DOC),
+                Param(
+                    "x_dtype",
+                    str,
+                    "float32",
+                    ("float32", "uint8", "int8"),
+                    doc="X's type: an integer X is read as float32(X) - x_zero_point",
+                ),
+                Param("x_zero_point", int, 0, doc="a quantized X's zero point", minimum=-128),
             ),
             space=lambda a, target: (
                 gpu.config_space(Conv2d.from_args(a), target)

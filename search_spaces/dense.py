@@ -192,7 +192,8 @@ def reference(
         y += b
     if activation != "none":
         y = UNARY[activation].fn(NP, y)
-    return apply_numpy(epilogue, y, extras, channel_axis=1).astype(np.float32)
+    y = apply_numpy(epilogue, y, extras, channel_axis=1)
+    return y.astype(parse_epilogue(epilogue).out_dtype("float32"))
 
 
 def flops(batch: int, in_features: int, out_features: int, epilogue: str = NONE) -> float:

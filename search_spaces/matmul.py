@@ -154,7 +154,8 @@ def reference(
     if epilogue == NONE:
         return a.astype(acc) @ b.astype(acc)
     y = a.astype(np.float64) @ b.astype(np.float64)
-    return apply_numpy(epilogue, y, extras, channel_axis=_CHANNEL_AXIS[channels] % 2).astype(acc)
+    y = apply_numpy(epilogue, y, extras, channel_axis=_CHANNEL_AXIS[channels] % 2)
+    return y.astype(parse_epilogue(epilogue).out_dtype(np.dtype(acc).name))
 
 
 def flops(M: int, N: int, K: int, epilogue: str = NONE) -> float:

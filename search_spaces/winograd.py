@@ -362,7 +362,7 @@ def reference(
     m = np.einsum("ntwabc,abck->ntwabk", v, u.astype(np.float64))
     y = np.einsum("ia,ntwabk,jb->ntiwjk", AT, m, AT).reshape(p.N, 2 * TH, 2 * TW, p.K)
     y = finish_numpy(p, y[:, : p.OH, : p.OW], None if b is None else b.astype(np.float64), False)
-    return p.steps.apply_numpy(y, extras, channel_axis=3).astype(np.float32)
+    return p.steps.apply_numpy(y, extras, channel_axis=3).astype(p.steps.out_dtype("float32"))
 
 
 def _reference_from_args(*arrays: np.ndarray, **args: Any) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Integer convolutions of QDQ models: the ``tuner.QConv`` operator (NumPy evaluation, plain
-lowering, channels-last twin) and the pass ``tuner.graph.quantized.integer_convs``.
+lowering, channels-last twin) and the pass ``tuner.graph.quantized.integer_linear``.
 
 The operator is checked against the float convolution of the dequantized operands
 (what the QDQ graph means); the pass on hand-built QDQ graphs, which it rewrites
@@ -15,7 +15,7 @@ import pytest
 from tuner.graph import Graph, Node, Value
 from tuner.graph.interpret import run_graph
 from tuner.graph.ops import opdef
-from tuner.graph.quantized import integer_convs
+from tuner.graph.quantized import integer_linear
 
 from .helpers import evaluate, lower_and_run
 
@@ -110,7 +110,7 @@ def _qdq_conv(
 
 def test_the_pass_makes_a_qdq_convolution_integer_and_keeps_its_meaning() -> None:
     g = _qdq_conv()
-    h = integer_convs(g)
+    h = integer_linear(g)
     ops = [n.op for n in h.nodes]
     assert "tuner.QConv" in ops and "Conv" not in ops
     qconv = next(n for n in h.nodes if n.op == "tuner.QConv")
@@ -121,23 +121,87 @@ def test_the_pass_makes_a_qdq_convolution_integer_and_keeps_its_meaning() -> Non
     assert steps.max() <= 1.001 and (steps > 0.5).mean() < 0.05
 
 
-@pytest.mark.parametrize(
-    "why",
-    ["a depthwise-like grouped convolution", "weights with a zero point", "a per-axis image"],
-)
+def test_the_pass_takes_grouped_convolutions_too() -> None:
+    g = _qdq_conv(group=2)
+    h = integer_linear(g)
+    assert [n.op for n in h.nodes].count("tuner.QConv") == 1
+    x = RNG.standard_normal((1, 4, 6, 5)).astype(np.float32)
+    steps = np.abs(run_graph(h, {"x": x})[0] - run_graph(g, {"x": x})[0]) / 0.05
+    assert steps.max() <= 1.001
+
+
+@pytest.mark.parametrize("why", ["weights with a zero point", "a per-axis image"])
 def test_the_pass_leaves_what_the_integer_template_has_no_kind_for(why: str) -> None:
     g = {
-        "a depthwise-like grouped convolution": lambda: _qdq_conv(group=2),
         "weights with a zero point": lambda: _qdq_conv(w_zero=3),
         "a per-axis image": lambda: _qdq_conv(x_scale_size=4),
     }[why]()
-    assert integer_convs(g) is g
+    assert integer_linear(g) is g
 
 
 def test_the_operator_is_an_anchor_that_fuses_its_epilogue() -> None:
     from tuner.graph.fusion import fuse, groups_summary
 
-    h = integer_convs(_qdq_conv())
+    h = integer_linear(_qdq_conv())
     summary = groups_summary(fuse(h))
     assert any(s.startswith("tuner.QConv+Relu+QuantizeLinear") for s in summary), summary
     assert opdef("tuner.QConv").kind == opdef("Conv").kind
+
+
+def test_qmatmul_is_the_float_product_of_the_dequantized_operands() -> None:
+    aq = RNG.integers(0, 256, (2, 5, 33)).astype(np.uint8)
+    wq = RNG.integers(-128, 128, (33, 7)).astype(np.int8)
+    a_s, a_z = np.array(0.03, np.float32), np.array(131, np.uint8)
+    ws = (RNG.random(7) * 0.01 + 1e-3).astype(np.float32)
+    ops = [aq, wq, a_s, a_z, ws]
+    want = ((aq.astype(np.float64) - 131) * 0.03) @ (wq.astype(np.float64) * ws.astype(np.float64))
+    got = evaluate("tuner.QMatMul", ops)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    (lowered,) = lower_and_run("tuner.QMatMul", ops, {}, [got])
+    np.testing.assert_allclose(lowered, got, rtol=1e-6, atol=1e-6 * np.abs(got).max())
+
+
+def _dynamic_matmul() -> Graph:
+    """What the importer makes of quantize_dynamic's MatMulInteger: the product of the
+    dequantized operands (scale one, the run-time zero point), cast to int32 and back,
+    then multiplied by the run-time scale times the weight's (``DynamicQuantizeLinear``'s
+    outputs are the graph's inputs here)."""
+    wq = RNG.integers(-128, 128, (16, 6)).astype(np.int8)
+    consts = {
+        "one": np.array(1.0, np.float32),
+        "wq": wq,
+        "wz": np.array(0, np.int8),
+        "w_scale": np.array(0.02, np.float32),
+    }
+    nodes = [
+        Node("DequantizeLinear", ("xq", "one", "xz"), ("xd",), {}, "dqx"),
+        Node("DequantizeLinear", ("wq", "one", "wz"), ("wd",), {}, "dqw"),
+        Node("MatMul", ("xd", "wd"), ("p",), {}, "mm"),
+        Node("Cast", ("p",), ("pi",), {"to": 6}, "to_int"),
+        Node("Cast", ("pi",), ("pf",), {"to": 1}, "to_float"),
+        Node("Mul", ("xs", "w_scale"), ("s",), {}, "scale"),
+        Node("Mul", ("pf", "s"), ("y",), {}, "mul"),
+    ]
+    values = [Value.const(k, v) for k, v in consts.items()]
+    values += [
+        Value("xd", "float32", (3, 16)), Value("wd", "float32", (16, 6)),
+        Value("p", "float32", (3, 6)), Value("pi", "int32", (3, 6)), Value("pf", "float32", (3, 6)),
+        Value("s", "float32", ()), Value("y", "float32", (3, 6)),
+    ]  # fmt: skip
+    inputs = [Value("xq", "uint8", (3, 16)), Value("xs", "float32", ()), Value("xz", "uint8", ())]
+    return Graph.make(inputs, nodes, values, ["y"])
+
+
+def test_the_pass_makes_a_dynamic_matmul_integer_without_its_casts() -> None:
+    g = _dynamic_matmul()
+    h = integer_linear(g)
+    ops = [n.op for n in h.nodes]
+    assert "tuner.QMatMul" in ops and "MatMul" not in ops
+    assert not any(n.op == "Cast" for n in h.nodes)
+    feeds = {
+        "xq": RNG.integers(0, 256, (3, 16)).astype(np.uint8),
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(120, np.uint8),
+    }
+    want, got = run_graph(g, feeds)[0], run_graph(h, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())

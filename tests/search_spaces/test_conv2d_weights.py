@@ -103,3 +103,47 @@ def test_a_block_goes_with_blocked_weights_only() -> None:
         op.parse_args({**base, "weights": "blocked"})
     args = op.parse_args({**base, "weights": "blocked", "block": "8"})
     assert [a.shape for a in op.make_inputs(args)] == [(1, 5, 5, 4), (1, 3, 3, 4, 8)]
+
+
+#: A quantized image (a QDQ model's depthwise and grouped convolutions read their int8
+#: activations): depthwise with a stride, groups, a zero point in the padding.
+QUANTIZED = [
+    Conv2d(1, 6, 9, 7, 6, 3, 3, stride=2, pad=1, groups=6, layout="NHWC", weights="blocked",
+           block=8, bias=True, epilogue="clip:0.0:6.0;quant_uint8:0.05:3.0", x_dtype="uint8",
+           x_zero_point=131),
+    Conv2d(2, 8, 5, 6, 12, 3, 3, pad=2, dilation=2, groups=4, layout="NHWC", weights="blocked",
+           block=16, x_dtype="int8", x_zero_point=-9),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("p", QUANTIZED, ids=str)
+def test_a_quantized_image_is_read_less_its_zero_point(p: Conv2d) -> None:
+    rng = np.random.default_rng(3)
+    info = np.iinfo(p.x_dtype)
+    x = rng.integers(info.min, info.max + 1, (p.N, p.H, p.W, p.C)).astype(p.x_dtype)
+    w = (rng.standard_normal((p.K, p.Cg, p.R, p.S)) * 0.01).astype(np.float32)
+    b = [rng.standard_normal(p.K).astype(np.float32)] if p.bias else []
+    space = cv.config_space(p, target=AVX2)
+    cfgs = [space.validate(cv.default_config(p, target=AVX2)), space.sample(rng)]
+    want = cv.reference(p, x, p.pack_weights(w), *b)
+    xf = x.astype(np.float32) - p.x_zero_point  # the same convolution of a float image
+    floating = Conv2d.from_args({**p.__dict__, "x_dtype": "float32", "x_zero_point": 0})
+    np.testing.assert_array_equal(want, cv.reference(floating, xf, p.pack_weights(w), *b))
+    for cfg in cfgs:
+        s, tensors = cv.schedule(cfg, p, target=AVX2)
+        assert tensors[0].dtype == p.x_dtype
+        out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
+        tuner.build(s, tensors)(x, p.pack_weights(w), *b, out)
+        if out.dtype == np.float32:
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        else:  # quantized: within one step
+            assert np.abs(out.astype(np.int32) - want.astype(np.int32)).max() <= 1
+
+
+def test_a_zero_point_goes_with_an_integer_image() -> None:
+    with pytest.raises(OperatorError, match="x_zero_point"):
+        get_operator("conv2d").parse_args({"C": 4, "H": 5, "W": 5, "K": 4, "x_zero_point": 3})
+    with pytest.raises(OperatorError, match="not a uint8"):
+        get_operator("conv2d").parse_args(
+            {"C": 4, "H": 5, "W": 5, "K": 4, "x_dtype": "uint8", "x_zero_point": -3}
+        )

@@ -65,6 +65,11 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "nchw_to_nhwc": [{"N": 1, "C": 3, "H": 4, "W": 5}],
     "pad": [{"N": 1, "C": 3, "H": 5, "W": 6, "pad_h": 1, "pad_w": 2}],
     "im2col": [{"C": 3, "H": 5, "W": 6, "pad": 1}, {"N": 2, "C": 2, "H": 7, "W": 5, "stride": 2}],
+    "im2col_nhwc": [{"C": 3, "H": 5, "W": 6, "pad": 1, "fill": 7, "channels": 4}],
+    "matmul_integer": [
+        {"M": 1, "N": 1, "K": 1},
+        {"M": 49, "N": 24, "K": 27, "a_dtype": "int8", "epilogue": "mul@c;quant_int8:0.5:1.0"},
+    ],
     # a model's group with no template: here the identity on a 3 x 5 input
     "fused": [
         {

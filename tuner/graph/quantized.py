@@ -1,27 +1,36 @@
-"""Integer convolutions for quantized (QDQ) models: the graph pass that keeps them integer.
+"""Integer convolutions and matrix products for quantized models: the graph pass that keeps
+them integer.
 
 ``onnxruntime.quantization.quantize_static`` writes each convolution of a CNN as float
 operators between quantize and dequantize nodes::
 
     xq -> DequantizeLinear(x_scale, x_zero_point) -> Conv(., DequantizeLinear(wq, w_scale), b)
 
-Taken as written, the weights fold to float32 and the convolution runs in float (what
-the importer does on a target without an int8 dot product). Where the target has one
-(x86 VNNI: 64 int8 multiply-adds per instruction, four times a float FMA's), this pass
-rewrites each such convolution into ``tuner.QConv(xq, wq, x_scale, x_zero_point,
-w_scale, b)`` (``tuner.graph.ops.quant_conv``): the int8 image and weights go to an
-integer kernel, whose exact int32 sums are scaled to float and, with the bias, the
-activation and the next QuantizeLinear fused after them, written as int8 again. The
-float graph between quantized tensors (a residual add of two dequantized values) is left
-as it is.
+and ``quantize_dynamic`` each matrix product of a transformer as ``MatMulInteger`` of
+``DynamicQuantizeLinear``'s output (the importer writes it in the same form, its scale 1,
+cast to int32 and back before the scales multiply it). Taken as written, the weights fold
+to float32 and the products run in float (what happens on a target without an int8 dot
+product). Where the target has one (x86 VNNI: 64 int8 multiply-adds per instruction, four
+times a float FMA's), this pass rewrites each such convolution into ``tuner.QConv(xq, wq,
+x_scale, x_zero_point, w_scale, b)`` and each such matrix product into ``tuner.QMatMul(aq,
+wq, a_scale, a_zero_point, w_scale)`` (``tuner.graph.ops.quant_linear``): the int8
+operands go to an integer kernel, whose exact int32 sums are scaled to float and, with
+the bias, the activation and the next QuantizeLinear fused after them, written as int8
+again. The casts to int32 and back after a matrix product go (its sums are integers).
+The float graph between quantized tensors (a residual add of two dequantized values) is
+left as it is.
 
 A convolution qualifies when its image is dequantized with one scale and zero point
 (constants), its weight is a constant int8 tensor dequantized with zero zero points and
-one scale or one per output channel, its bias a float constant or a dequantized int32
-one, and it is 2-D with one group (the integer template's kind: a depthwise convolution
-stays float, reading a dequantized image). Anything else is left unchanged.
+one scale or one per output channel, and its bias is a float constant or a dequantized
+int32 one; it is 2-D. A matrix product qualifies when its left operand is dequantized
+with one scale and zero point (constants or values computed at run time) and its right
+one is a constant int8 ``[K, N]`` matrix with zero zero points and one scale or one per
+column. Anything else is left unchanged. The templates (``tuner.model.quantized``) run
+a convolution of one group and a matrix product as an integer matrix product, a grouped
+or depthwise convolution as a float kernel reading the int8 image.
 
->>> g = integer_convs(from_onnx("resnet50_int8.onnx"))
+>>> g = integer_linear(from_onnx("resnet50_int8.onnx"))
 """
 
 from __future__ import annotations
@@ -32,10 +41,10 @@ import numpy as np
 
 from .ir import Graph, Node, Value
 from .ops import opdef
-from .ops.quant_conv import QCONV
+from .ops.quant_linear import QCONV, QMATMUL
 from .rewrite import Names, Uses, replace_nodes
 
-__all__ = ["integer_convs"]
+__all__ = ["integer_linear"]
 
 _DQ = "DequantizeLinear"
 
@@ -99,29 +108,112 @@ def _bias(graph: Graph, uses: Uses, name: str) -> np.ndarray | None:
     return np.asarray(opdef(_DQ).evaluate(dq, arrays)[0], np.float32)
 
 
-def integer_convs(graph: Graph) -> Graph:
-    """``graph`` with each qualifying convolution a ``tuner.QConv`` (the module's docstring)."""
+def _one_value(graph: Graph, name: str) -> bool:
+    """Whether ``name`` holds one value (a scalar or a one-element tensor)."""
+    v = graph.value(name)
+    return v.static and int(np.prod([int(d) for d in v.shape])) == 1
+
+
+def _activation(graph: Graph, uses: Uses, name: str) -> tuple[str, str, str] | None:
+    """``(aq, a_scale, a_zero_point)`` of a matrix dequantized with one scale and zero point,
+    constants or values computed at run time (``DynamicQuantizeLinear``'s)."""
+    dq = _dequantized(uses, name)
+    if dq is None or len(dq.inputs) < 3 or not dq.inputs[2]:
+        return None
+    aq = graph.value(dq.inputs[0])
+    if aq.is_const or aq.dtype not in ("int8", "uint8"):
+        return None
+    if not (_one_value(graph, dq.inputs[1]) and _one_value(graph, dq.inputs[2])):
+        return None
+    return dq.inputs[0], dq.inputs[1], dq.inputs[2]
+
+
+def _matrix(graph: Graph, uses: Uses, name: str) -> tuple[str, str] | None:
+    """``(wq, w_scale)`` of a constant int8 ``[K, N]`` matrix with zero zero points and one
+    scale or one per column."""
+    dq = _dequantized(uses, name)
+    if dq is None:
+        return None
+    wq, scale = _const(graph, dq.inputs[0]), _const(graph, dq.inputs[1])
+    if wq is None or scale is None or wq.dtype != np.int8 or wq.ndim != 2:
+        return None
+    zp = _const(graph, dq.inputs[2]) if len(dq.inputs) > 2 else None
+    if len(dq.inputs) > 2 and dq.inputs[2] and (zp is None or np.any(zp != 0)):
+        return None
+    if scale.size != 1 and (scale.size != wq.shape[1] or int(dq.attr("axis", 1)) % 2 != 1):
+        return None
+    return dq.inputs[0], dq.inputs[1]
+
+
+def _round_trip(uses: Uses, name: str) -> list[Node]:
+    """The ``Cast`` to int32 of ``name`` whose every reader casts back to float32 (what
+    ``MatMulInteger`` between its dequantized inputs and its scale becomes at import):
+    the products of integers are integers, so both casts go. Empty where it is not that."""
+    cast = uses.only(name)
+    if cast is None or cast.op != "Cast" or int(cast.attr("to", 0)) != _INT32:
+        return []
+    back = uses.consumers.get(cast.outputs[0], [])
+    if not back or cast.outputs[0] in uses.outputs:
+        return []
+    if any(n.op != "Cast" or int(n.attr("to", 0)) != _FLOAT for n in back):
+        return []
+    return [cast, *back]
+
+
+#: ONNX's TensorProto codes of the two casts :func:`_round_trip` removes.
+_FLOAT, _INT32 = 1, 6
+
+
+def integer_linear(graph: Graph) -> Graph:
+    """``graph`` with each qualifying convolution a ``tuner.QConv`` and each qualifying
+    matrix product a ``tuner.QMatMul`` (the module's docstring)."""
     uses, names = Uses(graph), Names(graph)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
     replaced: dict[int, Node] = {}
+    dropped: set[int] = set()
     values: list[Value] = []
     for i, node in enumerate(graph.nodes):
-        if node.op != "Conv" or len(node.inputs) < 2 or int(node.attr("group", 1)) != 1:
+        if node.op == "Conv" and len(node.inputs) >= 2:
+            made = _conv(graph, uses, names, node, values)
+        elif node.op == "MatMul":
+            made = _matmul(graph, uses, node)
+        else:
             continue
-        image, weight = _image(graph, uses, node.inputs[0]), _weight(graph, uses, node.inputs[1])
-        if image is None or weight is None or len(graph.value(weight[0]).shape) != 4:
+        if made is None:
             continue
-        bias = ""
-        if len(node.inputs) > 2 and node.inputs[2]:
-            data = _bias(graph, uses, node.inputs[2])
-            if data is None:
-                continue
-            bv = Value.const(names(f"{node.inputs[2]}_float"), data.reshape(-1))
-            values.append(bv)
-            bias = bv.name
-        xq, xs, xz = image
-        wq, ws = weight
-        inputs = (xq, wq, xs, xz, ws, bias) if bias else (xq, wq, xs, xz, ws)
-        replaced[i] = dataclasses.replace(node, op=QCONV, inputs=inputs)
+        replaced[i] = made
+        trip = _round_trip(uses, node.outputs[0]) if node.op == "MatMul" else []
+        if trip:  # the casts back alias the product itself
+            cast, *back = trip
+            dropped.add(index[id(cast)])
+            for b in back:
+                replaced[index[id(b)]] = Node("Identity", (node.outputs[0],), b.outputs, {}, b.name)
     if not replaced:
         return graph
-    return replace_nodes(graph, replaced, set(), values)
+    return replace_nodes(graph, replaced, dropped, values)
+
+
+def _conv(graph: Graph, uses: Uses, names: Names, node: Node, values: list[Value]) -> Node | None:
+    image, weight = _image(graph, uses, node.inputs[0]), _weight(graph, uses, node.inputs[1])
+    if image is None or weight is None or len(graph.value(weight[0]).shape) != 4:
+        return None
+    bias = ""
+    if len(node.inputs) > 2 and node.inputs[2]:
+        data = _bias(graph, uses, node.inputs[2])
+        if data is None:
+            return None
+        bv = Value.const(names(f"{node.inputs[2]}_float"), data.reshape(-1))
+        values.append(bv)
+        bias = bv.name
+    xq, xs, xz = image
+    wq, ws = weight
+    inputs = (xq, wq, xs, xz, ws, bias) if bias else (xq, wq, xs, xz, ws)
+    return dataclasses.replace(node, op=QCONV, inputs=inputs)
+
+
+def _matmul(graph: Graph, uses: Uses, node: Node) -> Node | None:
+    a, w = _activation(graph, uses, node.inputs[0]), _matrix(graph, uses, node.inputs[1])
+    if a is None or w is None:
+        return None
+    (aq, a_scale, a_zero_point), (wq, w_scale) = a, w
+    return dataclasses.replace(node, op=QMATMUL, inputs=(aq, wq, a_scale, a_zero_point, w_scale))

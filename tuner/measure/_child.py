@@ -199,7 +199,7 @@ def matches(out: Any, expected: Any, rtol: float, atol: float) -> bool:
     """
     import numpy as np
 
-    if expected.dtype in (np.int8, np.uint8):
+    if out.dtype in (np.int8, np.uint8):
         diff = np.abs(out.astype(np.int32) - expected.astype(np.int32))
         return out.shape == expected.shape and bool(diff.max(initial=0) <= 1)
 

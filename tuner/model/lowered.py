@@ -65,11 +65,11 @@ class Lowered:
         from ..graph.layout import channels_last
         from ..graph.padding import explicit_padding
         from ..graph.passes import optimize
-        from ..graph.quantized import integer_convs
+        from ..graph.quantized import integer_linear
 
         g = _static_shapes(graph)
         if layout and int(target.get("int8_dot_bits", 0)):
-            g = integer_convs(g)  # before the weights fold to float32
+            g = integer_linear(g)  # before the weights fold to float32
         g = optimize(g)
         if layout:  # a GPU records no SIMD lanes: one, and the pass leaves the graph alone
             g = channels_last(g, int(target.get("vector_lanes", 1)))

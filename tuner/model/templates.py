@@ -27,7 +27,7 @@ from ..graph.ir import Node, Value
 from ..task import Task
 from .spec import Builder, KernelSpec, broadcast_kind
 
-__all__ = ["TEMPLATES", "Match", "takes_epilogue"]
+__all__ = ["TEMPLATES", "Match", "direct_nhwc", "shape_of", "takes_epilogue"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,12 @@ def _f32(*vs: Value) -> bool:
     return all(v.dtype == "float32" and v.static for v in vs)
 
 
-def _shape(v: Value) -> tuple[int, ...]:
+def shape_of(v: Value) -> tuple[int, ...]:
+    """A static value's shape as ints."""
     return tuple(int(d) for d in v.shape)
+
+
+_shape = shape_of
 
 
 def _conv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
@@ -106,92 +110,65 @@ def _nhwc_conv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
     input and output tiles) runs as ``conv2d_winograd`` instead, its weight transformed
     here, once (``transform_weights``).
     """
+    x, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
+    if not _f32(x, w, y) or w.data is None or len(x.shape) != 4:
+        return None
+    bias = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
+    return direct_nhwc(b, n, x, y, w.data, bias)
+
+
+def direct_nhwc(
+    b: Builder,
+    n: Node,
+    x: Value,
+    y: Value,
+    weight: np.ndarray,
+    bias: str,
+    image: Mapping[str, Any] | None = None,
+) -> Match | None:
+    """conv2d's direct channels-last kernel for convolution node ``n`` of image ``x`` (NHWC)
+    with the float ``[K, C/group, R, S]`` ``weight`` (packed here) and ``bias`` (a value
+    name, or ''); ``image`` adds conv2d arguments about X (a quantized image's type and
+    zero point: no Winograd then, whose transforms read float)."""
     from search_spaces import winograd
     from search_spaces.conv2d import Conv2d, channels_last_default
 
     from ..graph.ops.windows import conv_params
 
-    x, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
-    if not _f32(x, w, y) or w.data is None or len(x.shape) != 4:
-        return None
     N, H, W, C = _shape(x)
-    p = conv_params(n, (N, C, H, W), _shape(w))
+    p = conv_params(n, (N, C, H, W), weight.shape)
     window = p.uniform()
     if window is None:
         return None
     stride, pad, dilation = window
-    K, _, R, S = _shape(w)
-    bias = len(n.inputs) > 2 and bool(n.inputs[2])
+    K, _, R, S = weight.shape
     args = {
         "N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S,
         "stride": stride, "pad": pad, "dilation": dilation, "groups": p.group,
-        "layout": "NHWC", "weights": "HWIO", "bias": bias,
+        "layout": "NHWC", "weights": "HWIO", "bias": bool(bias), **(image or {}),
     }  # fmt: skip
-    if winograd.pays(Conv2d.from_args(args), b.target):
+    if not image and winograd.pays(Conv2d.from_args(args), b.target):
         wargs = {k: args[k] for k in ("N", "C", "H", "W", "K", "pad", "bias")}
-        packed = b.const(n.inputs[1], winograd.transform_weights(w.data))
-        inputs = [n.inputs[0], packed, *([n.inputs[2]] if bias else [])]
+        packed = b.const(n.inputs[1], winograd.transform_weights(weight))
+        inputs = [n.inputs[0], packed, *([bias] if bias else [])]
         return Match("conv2d_winograd", wargs, inputs, _shape(y), 3)
     args["block"] = channels_last_default(Conv2d.from_args(args), b.target)["kr"]
     args["weights"] = "blocked"
-    packed = b.const(n.inputs[1], Conv2d.from_args(args).pack_weights(w.data))
-    inputs = [n.inputs[0], packed, *([n.inputs[2]] if bias else [])]
+    packed = b.const(n.inputs[1], Conv2d.from_args(args).pack_weights(weight))
+    inputs = [n.inputs[0], packed, *([bias] if bias else [])]
     return Match("conv2d", args, inputs, _shape(y), 3)
 
 
 def _nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
-    """A channels-last quantized convolution (``tuner.NhwcQConv``, from the pass
-    ``tuner.graph.quantized``) as the integer matmul ``X[N*OH*OW, C*R*S] @ W[R*S*C, K]``
-    (``matmul_integer``): the image itself where the window is one pixel, its windows
-    (``im2col_nhwc``, padded with the zero point, first) otherwise. The weight is laid
-    out once, here; the scales ``x_scale * w_scale[k]`` and the bias are the epilogue's
-    first steps, so the activation and the next QuantizeLinear follow them in the kernel.
-    """
-    from ..graph.ops.windows import conv_params
+    from .quantized import nhwc_qconv
 
-    x, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
-    consts = [values[i].data for i in n.inputs[1:5]]
-    if any(c is None for c in consts) or len(x.shape) != 4 or not (x.static and y.static):
-        return None
-    wq, xs, xz, ws = consts[0], consts[1], consts[2], consts[3]
-    N, H, W, C = _shape(x)
-    p = conv_params(n, (N, C, H, W), _shape(w))
-    window = p.uniform()
-    if window is None or p.group != 1:
-        return None
-    stride, pad, dilation = window
-    K, _, R, S = _shape(w)
-    _, OH, OW, _ = _shape(y)
-    image = {
-        "N": N, "C": C, "H": H, "W": W, "R": R, "S": S,
-        "stride": stride, "pad": pad, "dilation": dilation,
-    }  # fmt: skip
-    zero = int(np.asarray(xz).reshape(-1)[0])
-    source, prologue, Cp = n.inputs[0], None, C
-    if (R, S, stride, pad) != (1, 1, 1, 0):
-        Cp = -(-C // 4) * 4  # whole groups of 4 bytes: A's rows copy without a guard
-        source = f"{n.outputs[0]}__im2col{len(b.specs)}"
-        b.new_values[source] = Value(source, x.dtype, (N * OH * OW, R * S * Cp))
-        cols = {**image, "dtype": x.dtype, "fill": zero, "channels": Cp}
-        task = Task.make("im2col_nhwc", cols, b.target)
-        prologue = KernelSpec(task, (n.inputs[0],), source, "Im2col", (n.name,))
-    assert wq is not None and xs is not None and ws is not None
-    rows, depth = N * OH * OW, R * S * Cp
-    wide = np.zeros((K, Cp, R, S), np.int8)  # zero weights for the padded channels
-    wide[:, :C] = wq
-    weight = b.const(n.inputs[1], wide.transpose(2, 3, 1, 0).reshape(depth, K), "int8")
-    zp = b.const(f"{n.inputs[0]}_zero_point", np.asarray(xz).reshape(1), x.dtype)
-    scale = np.float32(np.asarray(xs).reshape(-1)[0]) * np.asarray(ws, np.float32).reshape(-1)
-    scales = b.const(f"{n.outputs[0]}_scale", np.broadcast_to(scale, (K,)).astype(np.float32))
-    steps, extras = ["mul@c"], [scales]
-    if len(n.inputs) > 5 and n.inputs[5]:
-        steps.append("add@c")
-        extras.append(n.inputs[5])
-    args = {"M": rows, "N": K, "K": depth, "a_dtype": x.dtype}
-    inputs = [source, weight, zp]
-    return Match(
-        "matmul_integer", args, inputs, _shape(y), 3, tuple(steps), tuple(extras), prologue
-    )
+    return nhwc_qconv(b, n, values)
+
+
+def _qmatmul(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
+    from .quantized import qmatmul
+
+    return qmatmul(b, n, values)
 
 
 def _pointwise_conv(
@@ -367,6 +344,7 @@ TEMPLATES: dict[str, Matcher] = {
     "Conv": _conv,
     "tuner.NhwcConv": _nhwc_conv,
     "tuner.NhwcQConv": _nhwc_qconv,
+    "tuner.QMatMul": _qmatmul,
     "MatMul": _matmul,
     "Gemm": _gemm,
     "MaxPool": _pool,

@@ -270,8 +270,8 @@ import numpy as np
 from numba import prange
 
 from tuner.codegen.cpu.runtime import (
-    NoAliasCompiler, carray, dot_u8s8_i32x8, dot_u8s8_i32x16, erf32, exp32, maxnum, minnum,
-    prefetch, sigmoid32, sigmoid64, stack_empty, tanh32,
+    NoAliasCompiler, carray, dot_u8s8_i32x8, dot_u8s8_i32x16, erf32, exp32, flush_denormals,
+    maxnum, minnum, prefetch, restore_fp, sigmoid32, sigmoid64, stack_empty, tanh32,
 )
 from tuner.codegen.cpu.launch import chunk_address, launch
 from tuner.codegen.cpu.threads import parallel_for

@@ -24,7 +24,15 @@ from ...te.dtypes import is_float
 from ...te.expr import Binary, Call, Cast, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
 from .hoist import divisions
-from .threaded import binds, has_parallel, python_entry, render_threaded, top_level
+from .threaded import (
+    FP_STATE,
+    binds,
+    fp_state,
+    has_parallel,
+    python_entry,
+    render_threaded,
+    top_level,
+)
 from .unroll import FLOAT32_HELPERS, SLP_UNROLLED_FULLY, transcendental, unrolled_fully
 from .unswitch import branches, invariant_select, trip_versions
 
@@ -187,10 +195,16 @@ class NumbaRenderer(NumbaSourceRenderer):
             self.has_prange = True
             self.emit(f"for {s.var} in prange({extent}):")
             self.prange_depth += 1
+            self.depth += 1  # each iteration may run on another thread: its own FP state
+            self.emit(f"{FP_STATE}p = flush_denormals()")
+            self.depth -= 1
             try:
                 self.loop_body(s)
             finally:
                 self.prange_depth -= 1
+            self.depth += 1
+            self.emit(f"restore_fp({FP_STATE}p)")
+            self.depth -= 1
             return
         self.emit(f"for {s.var} in range({extent}):")
         self.loop_body(s)
@@ -485,10 +499,14 @@ def render(
         return [f"@numba.njit(numba.void({sig}), {njit_flags}, parallel={r.has_prange})"]
 
     if not r.hoisted:
-        return "\n".join([*deco([]), f"def {func.name}({params}):", *r.lines]) + "\n"
+        return "\n".join([*deco([]), f"def {func.name}({params}):", *fp_state(r.lines)]) + "\n"
     # Heap scratch: the loop nest takes it from a Python entry (``threaded.python_entry``).
     scratch = {n: (r.size_text(size), dtype) for n, (size, dtype) in r.hoisted.items()}
     names = ", ".join([*(b.name for b in func.args), *scratch, *r.symbols])
-    body = [*deco([d for _, d in scratch.values()]), f"def {func.name}_body({names}):", *r.lines]
+    body = [
+        *deco([d for _, d in scratch.values()]),
+        f"def {func.name}_body({names}):",
+        *fp_state(r.lines),
+    ]
     entry = python_entry(func.name, params.split(", "), scratch, [f"    {func.name}_body({names})"])
     return "\n".join([*body, "", *entry]) + "\n"

@@ -25,7 +25,25 @@ from ...te.expr import Const, Expr, Var, walk
 if TYPE_CHECKING:
     from .source import NumbaRenderer
 
-__all__ = ["Repeat", "binds", "has_parallel", "python_entry", "render_threaded", "top_level"]
+__all__ = [
+    "FP_STATE",
+    "Repeat",
+    "binds",
+    "fp_state",
+    "has_parallel",
+    "python_entry",
+    "render_threaded",
+    "top_level",
+]
+
+#: The variable holding a thread's floating-point state while a kernel's function runs.
+FP_STATE = "mx_"
+
+
+def fp_state(lines: list[str]) -> list[str]:
+    """A compiled function's body lines between flushing denormals to zero and giving the
+    thread its floating-point state back (``runtime.flush_denormals``)."""
+    return [f"    {FP_STATE} = flush_denormals()", *lines, f"    restore_fp({FP_STATE})"]
 
 
 def binds(var: str, value: Expr):  # type: ignore[no-untyped-def]
@@ -167,7 +185,7 @@ def render_threaded(
         else:
             deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True)"
             head = f"def {name}(lo_, hi_, {params[-1]}):"
-        out += [*([deco] if njit_flags else []), head, *lines, ""]
+        out += [*([deco] if njit_flags else []), head, *fp_state(lines), ""]
         if loop is not None and native:
             out += [f"{name}_a = chunk_address({name})", ""]
     calls: list[str] = []

@@ -128,7 +128,7 @@ _FAMILIES = (
     "shape",
     "channels_last",
     "quant",
-    "quant_conv",
+    "quant_linear",
 )
 _LOADED = False
 

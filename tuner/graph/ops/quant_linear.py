@@ -1,5 +1,7 @@
-"""``tuner.QConv``: a convolution of quantized operands with a float output, what a QDQ
-model's ``Conv(DequantizeLinear(x), DequantizeLinear(w), b)`` computes, kept integer.
+"""``tuner.QConv`` and ``tuner.QMatMul``: a convolution and a matrix product of quantized
+operands with a float output, what a QDQ model's ``Conv(DequantizeLinear(x),
+DequantizeLinear(w), b)`` and ``MatMul(DequantizeLinear(a), DequantizeLinear(w))``
+compute, kept integer.
 
 ::
 
@@ -15,8 +17,18 @@ where the target has an int8 dot product; the layout pass makes them channels-la
 (``tuner.NhwcQConv``), and the model compiler runs them as ``im2col_nhwc`` and
 ``matmul_integer``, the scale, bias, activation and the next QuantizeLinear fused.
 
-The NumPy evaluation is exact (int64 sums); the plain lowering pads with the zero point
-and sums in int32.
+::
+
+    QMatMul(aq, wq, a_scale, a_zero_point, w_scale)
+      = float32(sum_k (int32(aq[..., k]) - a_zero_point) * int32(wq[k, j])) * float32(a_scale * w_scale[j])
+
+``aq`` has any batch axes; ``wq`` is an int8 ``[K, N]`` constant with zero zero points and
+a scale per column (or one); ``a_scale`` and ``a_zero_point`` are one value each, constants
+of a static model or computed at run time by a dynamic one (``DynamicQuantizeLinear``).
+The model compiler runs it as ``matmul_integer``, its scales the epilogue's first steps.
+
+The NumPy evaluations are exact (int64 sums); the plain lowerings pad with the zero point
+and sum in int32.
 """
 
 from __future__ import annotations
@@ -32,10 +44,11 @@ from . import LowerContext, OpKind, register
 from .nn import _at, _conv_np, _padded
 from .windows import conv_params
 
-__all__ = ["QCONV"]
+__all__ = ["QCONV", "QMATMUL"]
 
-#: The operator's name.
+#: The operators' names.
 QCONV = "tuner.QConv"
+QMATMUL = "tuner.QMatMul"
 
 
 def _check(node: Node, x_dtype: str) -> None:
@@ -100,3 +113,42 @@ def _lower(ctx: LowerContext) -> list[Tensor]:
         return y if bias is None else y + bias[k]
 
     return [te.compute(acc.shape_ints, out, name=ctx.name)]
+
+
+# -- QMatMul ---------------------------------------------------------------------------
+
+
+@register(QMATMUL, OpKind.ANCHOR, lower=lambda ctx: _lower_matmul(ctx))
+def _evaluate_matmul(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    aq, wq, a_s, a_z, ws = arrays[:5]
+    assert aq is not None and wq is not None and a_s is not None and a_z is not None
+    assert ws is not None
+    _check(node, aq.dtype.name)
+    a = aq.astype(np.int64) - np.int64(np.asarray(a_z).reshape(-1)[0])
+    acc = np.matmul(a, wq.astype(np.int64))
+    y = acc.astype(np.float32) * _scales(a_s, ws, wq.shape[1])
+    return [y.astype(np.float32)]
+
+
+def _lower_matmul(ctx: LowerContext) -> list[Tensor]:
+    a, w = ctx.tensor(0), ctx.tensor(1)
+    _check(ctx.node, a.dtype)
+    a_s, a_z, ws = ctx.tensor(2), ctx.tensor(3), ctx.tensor(4)
+    K = a.shape_ints[-1]
+    k = te.reduce_axis(K, name=f"{ctx.name}_k")
+    zero = te.const(0, "int64")
+    shape = (*a.shape_ints[:-1], w.shape_ints[1])
+
+    def body(*i: te.Expr) -> te.Expr:
+        x = a[(*i[:-1], k)].astype("int32") - a_z[(zero,) * a_z.ndim].astype("int32")
+        return te.sum(x * w[k, i[-1]].astype("int32"), axis=k)
+
+    acc = te.compute(shape, body, name=f"{ctx.name}_acc")
+    per_column = int(np.prod(ws.shape_ints)) > 1
+
+    def out(*i: te.Expr) -> te.Expr:
+        w_scale = ws[(i[-1] if per_column else zero,) + (zero,) * (ws.ndim - 1)]
+        scale = a_s[(zero,) * a_s.ndim].astype("float32") * w_scale.astype("float32")
+        return acc[i].astype("float32") * scale
+
+    return [te.compute(shape, out, name=ctx.name)]

@@ -1,0 +1,125 @@
+"""Templates for quantized convolutions (``tuner.NhwcQConv``, from ``tuner.graph.quantized``).
+
+A convolution of one group is an integer matrix product, ``X[N*OH*OW, C*R*S] @
+W[R*S*C, K]`` (``matmul_integer``: 64 int8 multiply-adds an instruction where the target
+has VNNI): the image itself where the window is one pixel, its windows otherwise
+(``im2col_nhwc``, padded with the zero point, first). The weight is laid out once, here;
+the scales ``x_scale * w_scale[k]`` and the bias are the epilogue's first steps, so the
+activation and the next QuantizeLinear follow them in the kernel, which writes int8.
+
+A grouped or depthwise convolution sums too few terms per output for an integer dot
+product (nine for a 3 x 3 depthwise): it runs conv2d's direct float kernel on the int8
+image (``x_dtype``, read as ``float32(x) - zero_point``), its weight dequantized and
+multiplied by the image's scale at compile time. Either way the image is never
+dequantized in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..graph.ir import Node, Value
+from ..task import Task
+from .spec import Builder, KernelSpec
+from .templates import Match, direct_nhwc, shape_of
+
+__all__ = ["nhwc_qconv", "qmatmul"]
+
+
+def nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
+    """The template for a channels-last quantized convolution (the module's docstring)."""
+    from ..graph.ops.windows import conv_params
+
+    x, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
+    consts = [values[i].data for i in n.inputs[1:5]]
+    if any(c is None for c in consts) or len(x.shape) != 4 or not (x.static and y.static):
+        return None
+    wq, xs, xz, ws = (np.asarray(c) for c in consts)
+    N, H, W, C = shape_of(x)
+    p = conv_params(n, (N, C, H, W), shape_of(w))
+    zero = int(xz.reshape(-1)[0])
+    K = wq.shape[0]
+    scale = np.float32(xs.reshape(-1)[0]) * ws.astype(np.float32).reshape(-1)
+    scale = np.broadcast_to(scale, (K,)).astype(np.float32)
+    bias = n.inputs[5] if len(n.inputs) > 5 and n.inputs[5] else ""
+    if p.group != 1:
+        weight = wq.astype(np.float32) * scale.reshape(-1, 1, 1, 1)
+        image = {"x_dtype": x.dtype, "x_zero_point": zero}
+        return direct_nhwc(b, n, x, y, weight, bias, image)
+    window = p.uniform()
+    if window is None:
+        return None
+    stride, pad, dilation = window
+    _, _, R, S = wq.shape
+    _, OH, OW, _ = shape_of(y)
+    source, prologue, Cp = n.inputs[0], None, C
+    if (R, S, stride, pad) != (1, 1, 1, 0):
+        Cp = -(-C // 4) * 4  # whole groups of 4 bytes: A's rows copy without a guard
+        source = f"{n.outputs[0]}__im2col{len(b.specs)}"
+        b.new_values[source] = Value(source, x.dtype, (N * OH * OW, R * S * Cp))
+        cols = {
+            "N": N, "C": C, "H": H, "W": W, "R": R, "S": S, "stride": stride, "pad": pad,
+            "dilation": dilation, "dtype": x.dtype, "fill": zero, "channels": Cp,
+        }  # fmt: skip
+        task = Task.make("im2col_nhwc", cols, b.target)
+        prologue = KernelSpec(task, (n.inputs[0],), source, "Im2col", (n.name,))
+    depth = R * S * Cp
+    wide = np.zeros((K, Cp, R, S), np.int8)  # zero weights for the padded channels
+    wide[:, :C] = wq
+    packed = b.const(n.inputs[1], wide.transpose(2, 3, 1, 0).reshape(depth, K), "int8")
+    zp = b.const(f"{n.inputs[0]}_zero_point", xz.reshape(1), x.dtype)
+    steps, extras = ["mul@c"], [b.const(f"{n.outputs[0]}_scale", scale)]
+    if bias:
+        steps.append("add@c")
+        extras.append(bias)
+    args = {"M": N * OH * OW, "N": K, "K": depth, "a_dtype": x.dtype}
+    return Match(
+        "matmul_integer",
+        args,
+        [source, packed, zp],
+        shape_of(y),
+        3,
+        tuple(steps),
+        tuple(extras),
+        prologue,
+    )
+
+
+def qmatmul(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
+    """A quantized matrix product (``tuner.QMatMul``) as ``matmul_integer``: its rows are
+    the left operand's (all batch axes), its zero point an input (a constant, or the value
+    ``DynamicQuantizeLinear`` computed), its scales the epilogue's first steps (one
+    multiply by the per-column product of constant scales, or by the run-time scale and
+    then the weight's)."""
+    a, w, y = values[n.inputs[0]], values[n.inputs[1]], values[n.outputs[0]]
+    a_s, a_z, w_s = (values[i] for i in n.inputs[2:5])
+    if w.data is None or w_s.data is None or not (a.static and y.static):
+        return None
+    if len(w.shape) != 2:
+        return None
+    K, N = shape_of(w)
+    M = int(np.prod(shape_of(a)[:-1]))
+    zp = (
+        a_z.name
+        if a_z.data is None
+        else b.const(f"{a.name}_zero_point", a_z.data.reshape(1), a.dtype)
+    )
+    ws = np.broadcast_to(np.asarray(w_s.data, np.float32).reshape(-1), (N,)).astype(np.float32)
+    if a_s.data is not None:
+        scale = np.float32(np.asarray(a_s.data).reshape(-1)[0]) * ws
+        steps, extras = ["mul@c"], [b.const(f"{n.outputs[0]}_scale", scale)]
+    else:
+        steps, extras = ["mul@s", "mul@c"], [a_s.name, b.const(f"{n.outputs[0]}_scale", ws)]
+    args = {"M": M, "N": N, "K": K, "a_dtype": a.dtype}
+    packed = b.const(n.inputs[1], w.data, "int8")
+    return Match(
+        "matmul_integer",
+        args,
+        [n.inputs[0], packed, zp],
+        shape_of(y),
+        -1,
+        tuple(steps),
+        tuple(extras),
+    )
