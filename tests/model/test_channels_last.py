@@ -323,3 +323,26 @@ def test_a_reduction_of_a_channels_last_value_reduces_the_stored_axes(
     )
     mod = _check(model, rng.standard_normal((1, 3, 6, 7)).astype(np.float32))
     assert _ops(mod).count("Transpose") == transposes, _ops(mod)
+
+
+def test_a_normalised_input_is_transposed_before_its_elementwise_operators(rng):
+    """An input scaled and shifted (or quantized and dequantized) before the first
+    convolution: the float image is transposed first, by the copy template, and the
+    elementwise operators run channels-last, instead of fusing with the transpose into a
+    generic kernel whose writes scatter."""
+    weights = {"w": _w(rng, 8, 3, 3, 3), "m": np.full((1, 3, 1, 1), 0.5, np.float32)}
+    nodes = [
+        helper.make_node("Sub", ["x", "m"], ["c"]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    model = make_model(
+        nodes, {"x": ("float32", (1, 3, 9, 7))}, {"y": ("float32", (1, 8, 9, 7))}, weights
+    )
+    mod = _check(model, rng.standard_normal((1, 3, 9, 7)).astype(np.float32))
+    ops = _ops(mod)
+    assert ops[0] == "Transpose", ops  # the input's own kernel, the copy template's
+    assert any(o.startswith("Sub") or "Sub+Relu" in o for o in ops[1:]), ops
+    graph = channels_last(optimize(from_onnx(model)), 16)
+    first = graph.nodes[0]
+    assert first.op == "Transpose" and first.inputs == ("x",)

@@ -208,6 +208,23 @@ class _Pass:
             r.op in NHWC_OPS or self._elementwise(r) for r in self.readers.get(node.outputs[0], [])
         )
 
+    def _feeds_convolutions(self, value: str, depth: int = 3) -> bool:
+        """Whether ``value`` (an image) is read only by convolutions, directly or through
+        elementwise operators (a quantized network's input: quantize, dequantize, then its
+        first convolution). Computed channels-last, the transpose moves to the float image
+        before them, a copy template's work, instead of fusing with them into a generic
+        kernel that scatters its writes (MobileNetV2's quantized input: 0.44 ms)."""
+        v = self.values[value]
+        readers = self.readers.get(value, [])
+        if depth == 0 or not readers or value in self.g.outputs or len(v.shape) != 4:
+            return False
+        for r in readers:
+            if r.op in _CONVS and r.inputs[0] == value:
+                continue
+            if not (self._elementwise(r) and self._feeds_convolutions(r.outputs[0], depth - 1)):
+                return False
+        return True
+
     def _elementwise(self, node: Node) -> bool:
         return opdef(node.op).kind is OpKind.ELEMENTWISE and node.op not in _AXIS_BOUND
 
@@ -218,6 +235,8 @@ class _Pass:
             return False
         out = self.values[node.outputs[0]]
         perm = self._layout_of(node.inputs, out.shape)
+        if perm is None and self._feeds_convolutions(node.outputs[0]):
+            perm = _TO_NHWC  # its image transposed first, by the copy template
         if perm is None or not out.static:
             return False
         rank = len(out.shape)
