@@ -77,12 +77,15 @@ def define(
     a_dtype: str = "int8",
     zero_point: bool = False,
     epilogue: str = NONE,
+    colsums: bool = False,
 ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """``A``, ``B`` and the stages (``Au``, ``Bp``, ``Bs``, ``P``, ``C``) of the module docstring.
 
     ``a_dtype`` uint8 reads A's bytes as they are (no shift). With ``zero_point`` a
     placeholder ``AZ`` (one value of A's dtype) is subtracted from A:
-    ``C = P - (shift + AZ) * Bs``. An ``epilogue`` (``search_spaces._epilogue``) runs on
+    ``C = P - (shift + AZ) * Bs``. With ``colsums`` B's column sums are an input ``BS``
+    (int32, a constant weight's, summed once at compile time) instead of a stage summed at
+    each call. An ``epilogue`` (``search_spaces._epilogue``) runs on
     ``float32(C)``; its extra inputs ``E0``... are float32 and ``C`` is float32, or the
     integer type of a quantizing last step.
     """
@@ -125,7 +128,10 @@ def define(
 
     Bp = te.compute((panels, Kp // DEPTH, nr, DEPTH), b_group, name="Bp")
     r = te.reduce_axis(K, name="r")
-    Bs = te.compute((N,), lambda j: te.sum(b_at(r, j).astype("int32"), axis=r), name="Bs")
+    if colsums:
+        Bs = te.placeholder((N,), "int32", name="BS")
+    else:
+        Bs = te.compute((N,), lambda j: te.sum(b_at(r, j).astype("int32"), axis=r), name="Bs")
     k = te.reduce_axis(Kp, name="k")
     P = te.compute(  # whole column panels: B's padding makes the columns past N zeros
         (M, panels * nr),
@@ -160,11 +166,13 @@ def define(
 
 
 def arguments(st: Mapping[str, Tensor], A: Tensor, B: Tensor) -> list[Tensor]:
-    """The kernel's arguments: A, B, (AZ,) the epilogue's inputs E0..., C."""
+    """The kernel's arguments: A, B, (AZ,) (BS,) the epilogue's inputs E0..., C."""
     extras = sorted(
         (n for n in st if n.startswith("E") and n[1:].isdigit()), key=lambda n: int(n[1:])
     )
-    return [A, B, *([st["AZ"]] if "AZ" in st else []), *(st[n] for n in extras), st["C"]]
+    given = [st["AZ"]] if "AZ" in st else []
+    given += [st["Bs"]] if st["Bs"].name == "BS" else []
+    return [A, B, *given, *(st[n] for n in extras), st["C"]]
 
 
 def blocks_fit(cfg: Mapping[str, Any], K: int) -> bool:
@@ -238,6 +246,7 @@ def schedule(
     a_dtype: str = "int8",
     zero_point: bool = False,
     epilogue: str = NONE,
+    colsums: bool = False,
 ) -> tuple[Schedule, list[Tensor]]:
     """The nest of the module docstring for ``cfg`` (the matmul space's knobs); the
     arguments of :func:`define` after the target. ``int8_dot`` False (or a target without
@@ -246,7 +255,7 @@ def schedule(
     if cfg.get("int8_dot", True) and intrin is None:
         raise ValueError(f"target {target} has no int8 dot product (int8_dot_bits)")
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
-    A, B, st = define(M, N, K, mr, nr, trans_a, trans_b, a_dtype, zero_point, epilogue)
+    A, B, st = define(M, N, K, mr, nr, trans_a, trans_b, a_dtype, zero_point, epilogue, colsums)
     Au, Bp, Bs, P, C = st["Au"], st["Bp"], st["Bs"], st["P"], st["C"]
     s = te.create_schedule(C)
     lanes = target.lanes("int32")
@@ -282,6 +291,8 @@ def schedule(
     s[Au].unroll(qa)
     if cfg["parallel"]:
         s[Au].parallel(im)
+    if colsums:
+        return s, arguments(st, A, B)
     (j,) = s[Bs].op.axis
     (r,) = s[Bs].op.reduce_axis
     if not trans_b:  # B's rows are contiguous: sum them into a vector of columns

@@ -63,10 +63,24 @@ def reference(
     *extras: np.ndarray,
     trans_b: bool = False,
     epilogue: str = NONE,
+    colsums: bool = False,
 ) -> np.ndarray:
-    """The exact int32 product of the zero-point-shifted A and B; an epilogue on its float32."""
+    """The exact int32 product of the zero-point-shifted A and B; an epilogue on its float32.
+
+    With ``colsums`` the first extra is ``BS``, taken as B's column sums: the product is
+    computed as the kernel does, ``sum_k u(A) B - (shift + AZ) * BS`` (``u(A)`` A itself
+    for uint8, ``A + 128`` for int8), which is the product where BS is what it says.
+    """
     b = b.T if trans_b else b
-    acc = (a.astype(np.int64) - np.int64(az.reshape(-1)[0])) @ b.astype(np.int64)
+    zero = np.int64(az.reshape(-1)[0])
+    if colsums:
+        sums, *rest = extras
+        extras = tuple(rest)
+        shift = 128 if a.dtype == np.int8 else 0
+        acc = (a.astype(np.int64) + shift) @ b.astype(np.int64)
+        acc = acc - (shift + zero) * np.asarray(sums, np.int64).reshape(1, -1)
+    else:
+        acc = (a.astype(np.int64) - zero) @ b.astype(np.int64)
     c = acc.astype(np.int32)
     steps = parse_epilogue(epilogue)
     if not steps:
@@ -167,6 +181,7 @@ def schedule(
         a_dtype=a["a_dtype"],
         zero_point=True,
         epilogue=str(a["epilogue"]),
+        colsums=bool(a.get("colsums", False)),
     )
 
 
@@ -190,7 +205,13 @@ def _bytes(a: Mapping[str, Any]) -> float:
 def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
     a, b, az, *extras = arrays
     return reference(
-        a, b, az, *extras, trans_b=bool(args["trans_b"]), epilogue=str(args["epilogue"])
+        a,
+        b,
+        az,
+        *extras,
+        trans_b=bool(args["trans_b"]),
+        epilogue=str(args["epilogue"]),
+        colsums=bool(args.get("colsums", False)),
     )
 
 
@@ -206,6 +227,13 @@ register_operator(
             Param("a_dtype", str, "uint8", ("uint8", "int8"), doc="A's type (B is int8)"),
             Param("trans_b", bool, False, doc="B is given as N x K (C = A @ B.T)"),
             Param("epilogue", str, NONE, doc=PARAM_DOC + "; on float32(C), quant_* last"),
+            Param(
+                "colsums",
+                bool,
+                False,
+                doc="B's column sums are an input BS (int32, after AZ): a constant weight's,"
+                " summed once instead of at each call",
+            ),
         ),
         space=lambda a, t: config_space(a["M"], a["N"], a["K"], a["trans_b"], t),
         schedule=schedule,

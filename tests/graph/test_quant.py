@@ -153,6 +153,33 @@ def test_a_qdq_convolution_with_per_channel_weights_matches_within_one_step(
     assert apart.max() <= 1 and apart.mean() < 0.02, (apart.max(), apart.mean())
 
 
+def test_on_a_host_with_an_int8_dot_product_the_convolutions_run_integer() -> None:
+    """A QDQ convolution (3 x 3 and depthwise) compiles to the integer templates where the
+    host has VNNI, and stays within one step of onnxruntime."""
+    from tuner.lower.intrin import dot_intrinsic
+    from tuner.target import Target
+
+    if dot_intrinsic(Target.from_name("cpu")) is None:
+        pytest.skip("the host has no int8 dot product")
+    inits: list = []  # type: ignore[type-arg]
+    w = (RNG.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32)
+    dw = (RNG.standard_normal((16, 1, 3, 3)) * 0.3).astype(np.float32)
+    nodes = _qdq("x", "xd", 0.02, 3, TensorProto.UINT8, inits) + _weight("w", w, inits)
+    nodes.append(helper.make_node("Conv", ["xd", "w"], ["c"], pads=[1, 1, 1, 1]))
+    nodes += _qdq("c", "cd", 0.05, 120, TensorProto.UINT8, inits) + _weight("dw", dw, inits)
+    nodes.append(helper.make_node("Conv", ["cd", "dw"], ["d"], pads=[1, 1, 1, 1], group=16))
+    nodes += _qdq("d", "y", 0.05, 128, TensorProto.UINT8, inits)
+    model = _model(nodes, inits, (1, 8, 9, 11), "y", (1, 16, 9, 11))
+    module = compile_model(model)
+    ops = [s.task.workload.op for s in module.plans[0].specs]
+    assert "matmul_integer" in ops and "im2col_nhwc" in ops, ops
+    depthwise = [s.task.workload for s in module.plans[0].specs if s.task.workload.op == "conv2d"]
+    assert depthwise and depthwise[0].as_dict()["x_dtype"] == "uint8"
+    x = RNG.standard_normal((1, 8, 9, 11)).astype(np.float32)
+    apart = _steps_apart(model, x, 0.05)
+    assert apart.max() <= 1 and apart.mean() < 0.05, (apart.max(), apart.mean())
+
+
 def test_a_qdq_matmul_with_asymmetric_activations_matches_within_one_step() -> None:
     inits: list = []  # type: ignore[type-arg]
     w = (RNG.standard_normal((24, 10)) * 0.2).astype(np.float32)

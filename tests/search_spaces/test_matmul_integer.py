@@ -148,3 +148,20 @@ def test_im2col_nhwc_matches_numpy(a: dict) -> None:
 def test_im2col_nhwc_refuses_a_fill_outside_its_type() -> None:
     with pytest.raises(OperatorError, match="fill"):
         IM2COL.parse_args({"C": 4, "H": 4, "W": 4, "dtype": "uint8", "fill": -1})
+
+
+@pytest.mark.parametrize("a_dtype", ["uint8", "int8"])
+def test_column_sums_given_once_give_the_same_product(a_dtype: str) -> None:
+    """A constant weight's column sums, given as ``BS``, make the same product as those the
+    kernel sums at each call."""
+    base = {"M": 49, "N": 48, "K": 36, "a_dtype": a_dtype, "epilogue": EPILOGUES[2]}
+    plain, given = OP.parse_args(base), OP.parse_args({**base, "colsums": True})
+    a, b, az, *extras = _inputs(plain, 4)
+    sums = b.astype(np.int64).sum(axis=0).astype(np.int32)
+    want = OP.reference(a, b, az, *extras, **plain)
+    np.testing.assert_array_equal(OP.reference(a, b, az, sums, *extras, **given), want)
+    s, tensors = OP.schedule(OP.default_config(given, HOST), given, HOST)
+    assert [t.name for t in tensors[:4]] == ["A", "B", "AZ", "BS"]
+    out = np.zeros(tensors[-1].shape_ints, tensors[-1].dtype)
+    tuner.build(s, tensors, target=HOST)(a, b, az, sums, *extras, out)
+    assert np.abs(out.astype(np.int32) - want.astype(np.int32)).max() <= 1

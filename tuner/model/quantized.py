@@ -68,23 +68,32 @@ def nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
     depth = R * S * Cp
     wide = np.zeros((K, Cp, R, S), np.int8)  # zero weights for the padded channels
     wide[:, :C] = wq
-    packed = b.const(n.inputs[1], wide.transpose(2, 3, 1, 0).reshape(depth, K), "int8")
+    matrix = wide.transpose(2, 3, 1, 0).reshape(depth, K)
+    packed = b.const(n.inputs[1], matrix, "int8")
+    sums = _colsums(b, n.inputs[1], matrix)
     zp = b.const(f"{n.inputs[0]}_zero_point", xz.reshape(1), x.dtype)
     steps, extras = ["mul@c"], [b.const(f"{n.outputs[0]}_scale", scale)]
     if bias:
         steps.append("add@c")
         extras.append(bias)
-    args = {"M": N * OH * OW, "N": K, "K": depth, "a_dtype": x.dtype}
+    args = {"M": N * OH * OW, "N": K, "K": depth, "a_dtype": x.dtype, "colsums": True}
     return Match(
         "matmul_integer",
         args,
-        [source, packed, zp],
+        [source, packed, zp, sums],
         shape_of(y),
         3,
         tuple(steps),
         tuple(extras),
         prologue,
     )
+
+
+def _colsums(b: Builder, weight: str, matrix: np.ndarray) -> str:
+    """The column sums of a constant int8 ``[K, N]`` matrix, once (``matmul_integer``'s
+    ``BS``: the zero-point correction reads them, and summing the weight at every call cost
+    as much as reading it)."""
+    return b.const(f"{weight}_colsums", matrix.astype(np.int64).sum(axis=0), "int32")
 
 
 def qmatmul(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
@@ -112,12 +121,13 @@ def qmatmul(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
         steps, extras = ["mul@c"], [b.const(f"{n.outputs[0]}_scale", scale)]
     else:
         steps, extras = ["mul@s", "mul@c"], [a_s.name, b.const(f"{n.outputs[0]}_scale", ws)]
-    args = {"M": M, "N": N, "K": K, "a_dtype": a.dtype}
+    args = {"M": M, "N": N, "K": K, "a_dtype": a.dtype, "colsums": True}
     packed = b.const(n.inputs[1], w.data, "int8")
+    sums = _colsums(b, n.inputs[1], w.data)
     return Match(
         "matmul_integer",
         args,
-        [n.inputs[0], packed, zp],
+        [n.inputs[0], packed, zp, sums],
         shape_of(y),
         -1,
         tuple(steps),
