@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -228,14 +228,21 @@ def _bias(ctx: LowerContext) -> Tensor | None:
 # -- Conv, ConvTranspose ---------------------------------------------------------------------
 
 
-def _lower_conv(ctx: LowerContext) -> list[Tensor]:
-    x, w, bias = ctx.tensor(0), ctx.tensor(1), _bias(ctx)
-    _float(ctx.node, x)
+def conv_sum(
+    ctx: LowerContext,
+    x: Tensor,
+    w: Tensor,
+    fill: float,
+    name: str,
+    product: Callable[[te.Expr, te.Expr], te.Expr] = lambda xv, wv: xv * wv,
+) -> Tensor:
+    """The convolution's sum of ``product(input, weight)`` over channels and taps, the input
+    padded with ``fill`` (a quantized image's zero point; 0.0 for a float one)."""
     p = conv_params(ctx.node, x.shape_ints, w.shape_ints)
     n, c = x.shape_ints[:2]
     m = w.shape_ints[0]
     cg, mg = c // p.group, m // p.group
-    src = _padded(ctx, x, p.pads_begin, p.pads_end, 0.0)
+    src = _padded(ctx, x, p.pads_begin, p.pads_end, fill)
     rc = te.reduce_axis(cg, name=f"{ctx.name}_rc")
     rk = [te.reduce_axis(k, name=f"{ctx.name}_r{j}") for j, k in enumerate(p.kernel)]
 
@@ -243,10 +250,15 @@ def _lower_conv(ctx: LowerContext) -> list[Tensor]:
         b, k, *o = i
         chan = rc if p.group == 1 else (k // mg) * cg + rc
         pos = [_at(*a) for a in zip(o, p.strides, rk, p.dilations, strict=True)]
-        return te.sum(src[(b, chan, *pos)] * w[(k, rc, *rk)], axis=[rc, *rk])
+        return te.sum(product(src[(b, chan, *pos)], w[(k, rc, *rk)]), axis=[rc, *rk])
 
-    name = ctx.name if bias is None else f"{ctx.name}_conv"
-    y = te.compute((n, m, *p.out_spatial), body, name=name)
+    return te.compute((n, m, *p.out_spatial), body, name=name)
+
+
+def _lower_conv(ctx: LowerContext) -> list[Tensor]:
+    x, w, bias = ctx.tensor(0), ctx.tensor(1), _bias(ctx)
+    _float(ctx.node, x)
+    y = conv_sum(ctx, x, w, 0.0, ctx.name if bias is None else f"{ctx.name}_conv")
     return [_with_bias(ctx, y, bias)]
 
 

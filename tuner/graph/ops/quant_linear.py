@@ -41,7 +41,7 @@ from ... import te
 from ...te import Tensor
 from ..ir import GraphError, Node
 from . import LowerContext, OpKind, register
-from .nn import _at, _conv_np, _padded
+from .nn import _conv_np, conv_sum
 from .windows import conv_params
 
 __all__ = ["QCONV", "QMATMUL"]
@@ -83,23 +83,12 @@ def _evaluate(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarra
 def _lower(ctx: LowerContext) -> list[Tensor]:
     x, w = ctx.tensor(0), ctx.tensor(1)
     _check(ctx.node, x.dtype)
-    p = conv_params(ctx.node, x.shape_ints, w.shape_ints)
     zero = int(np.asarray(ctx.const(3)).reshape(-1)[0])
-    n, c = x.shape_ints[:2]
-    m = w.shape_ints[0]
-    cg, mg = c // p.group, m // p.group
-    src = _padded(ctx, x, p.pads_begin, p.pads_end, zero)
-    rc = te.reduce_axis(cg, name=f"{ctx.name}_rc")
-    rk = [te.reduce_axis(k, name=f"{ctx.name}_r{j}") for j, k in enumerate(p.kernel)]
 
-    def body(*i: te.Expr) -> te.Expr:
-        b, k, *o = i
-        chan = rc if p.group == 1 else (k // mg) * cg + rc
-        pos = [_at(*a) for a in zip(o, p.strides, rk, p.dilations, strict=True)]
-        xv = src[(b, chan, *pos)].astype("int32") - zero
-        return te.sum(xv * w[(k, rc, *rk)].astype("int32"), axis=[rc, *rk])
+    def product(xv: te.Expr, wv: te.Expr) -> te.Expr:
+        return (xv.astype("int32") - zero) * wv.astype("int32")
 
-    acc = te.compute((n, m, *p.out_spatial), body, name=f"{ctx.name}_acc")
+    acc = conv_sum(ctx, x, w, zero, f"{ctx.name}_acc", product)
     xs, ws = ctx.tensor(2), ctx.tensor(4)
     per_channel = int(np.prod(ws.shape_ints)) > 1
     bias = ctx.inputs[5] if len(ctx.inputs) > 5 else None
