@@ -17,7 +17,8 @@ from typing import Any
 
 from ..te.expr import TupleReduce
 from ..te.tensor import ComputeOp, Tensor, TensorError
-from .state import Axis, ScheduleError, Stage, State, apply_step
+from .apply import apply_step
+from .state import Axis, ScheduleError, Stage, State
 from .steps import (
     Annotate,
     Bind,
