@@ -84,7 +84,7 @@ class Lowered:
             if any(node.outputs[1:]):
                 raise GraphError(f"{node.describe()}: only its first output is supported")
             views.append((node.outputs[0], node.inputs[0]))
-        specs, consts, new_values = extract(g, target)
+        specs, consts, new_values = extract(g, target, layout)
         values = {**g.values, **new_values}
         for name, data in consts.items():
             values[name] = Value(name, values[name].dtype, values[name].shape, data)

@@ -43,6 +43,9 @@ class Builder:
 
     target: Target
     values: dict[str, Value]
+    #: Whether templates may choose channels-last kernels (off in the shape-generic mode,
+    #: whose kernels serve every shape: ``Lowered.from_graph``'s ``layout``).
+    layout: bool = True
     specs: list[KernelSpec] = field(default_factory=list)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     new_values: dict[str, Value] = field(default_factory=dict)

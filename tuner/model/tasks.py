@@ -42,14 +42,15 @@ def op_text(op: str) -> str:
 
 
 def extract(
-    graph: Graph, target: Target
+    graph: Graph, target: Target, layout: bool = True
 ) -> tuple[list[KernelSpec], dict[str, np.ndarray], dict[str, Value]]:
-    """Kernels for every fused node of ``graph``, in graph order.
+    """Kernels for every fused node of ``graph``, in graph order (``layout``: templates may
+    choose channels-last kernels, ``Builder.layout``).
 
     Returns the kernel specs, the constants they add (name → data) and the
     values they add (constants and intermediate values of split groups).
     """
-    b = Builder(target, dict(graph.values))
+    b = Builder(target, dict(graph.values), layout)
     for node in graph.nodes:
         if node.op == FUSED:
             _group_kernels(b, node)
@@ -76,12 +77,14 @@ def _group_kernels(b: Builder, node: Node) -> None:
         steps, extras = steps + more, extras + more_extras
     args, inputs = dict(made.args), list(made.inputs)
     if (
-        made.op == "dense"
+        made.op in ("dense", "conv2d")
         and not args["bias"]
         and steps[:1] == ["add@c"]
         and "@v" not in str(steps)
     ):
-        args["bias"] = True  # dense's own bias: added before its activation, as the graph does
+        args["bias"] = (
+            True  # the template's own bias: added before its activation, as the graph does
+        )
         inputs.append(extras.pop(0))
         steps = steps[1:]
     if steps:
