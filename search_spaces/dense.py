@@ -266,7 +266,7 @@ _GEMV_UP_TO = 8
 #: two threads, bias, against the features default: 1 x 2048 -> 1000 (ResNet-50's
 #: classifier) 0.12 against 3.52 ms, 1 x 1280 -> 1000 0.089 against 0.52, 8 x 768
 #: -> 3072 0.50 against 0.68 (NumPy 0.53); 6 features a tile against 4: 0.50 against 0.58.
-_GEMV_DEFAULT_UP_TO = 8
+GEMV_DEFAULT_UP_TO = 8
 _GEMV_ROWS = 6
 
 
@@ -302,13 +302,13 @@ def default_config(
     tgt = resolve(target)
     cfg = gemm_default(batch, out_features, in_features, tgt)
     L = tgt.lanes("float32")
-    if vectors is None and batch <= _GEMV_DEFAULT_UP_TO and in_features >= L:
+    if vectors is None and batch <= GEMV_DEFAULT_UP_TO and in_features >= L:
         vectors = "k"
     if vectors is None:
         long = in_features >= _LONG_REDUCTION
         vectors = (
             "batch"
-            if batch >= (_GEMV_DEFAULT_UP_TO + 1 if long else _BATCH_VECTORS_FROM)
+            if batch >= (GEMV_DEFAULT_UP_TO + 1 if long else _BATCH_VECTORS_FROM)
             else "features"
         )
     if vectors == "k":

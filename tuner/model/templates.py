@@ -249,19 +249,15 @@ def _gemm(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None:
         if c.data is None or broadcast_kind(c.shape, (M, N), -1) not in ("c", "s"):
             return None
         data = np.broadcast_to(c.data.reshape(-1) * np.float32(beta), (N,))
-        bias = b.const(n.inputs[2], np.ascontiguousarray(data))
+        bias = b.const(n.inputs[2], data)
     return _dense(b, n, n.inputs[0], weight * np.float32(alpha), bias, (M, N))
-
-
-#: The smallest batch of rows a product with a constant weight runs as a 1 x 1 convolution.
-POINTWISE_FROM_ROWS = 9
 
 
 def _dense(
     b: Builder, n: Node, x: str, weight: np.ndarray, bias: str, out_shape: tuple[int, ...]
 ) -> Match:
-    """``x @ weight.T (+ bias)`` with a constant ``[N, K]`` weight: ``dense``, or from
-    ``POINTWISE_FROM_ROWS`` rows on a target with vectors conv2d's channels-last 1 x 1
+    """``x @ weight.T (+ bias)`` with a constant ``[N, K]`` weight: ``dense``, or past
+    ``dense.GEMV_DEFAULT_UP_TO`` rows on a target with vectors conv2d's channels-last 1 x 1
     kernel over an image of one row of ``M`` pixels (the same buffers; not in the
     shape-generic mode, ``Builder.layout``, whose dense kernels serve every row count).
 
@@ -280,10 +276,12 @@ def _dense(
     pixels (T5's 128 rows, 512 -> 2048 and back: 16 accumulators of 32) ran the
     convolution 1.1 to 1.4 times slower than dense (in the model, 6.2 against 4.4 ms).
     """
+    from search_spaces.dense import GEMV_DEFAULT_UP_TO
+
     N, K = weight.shape
     M = math.prod(out_shape) // N
     lanes = int(b.target.get("vector_lanes", 1))
-    if M >= POINTWISE_FROM_ROWS and lanes > 1 and b.layout:
+    if M > GEMV_DEFAULT_UP_TO and lanes > 1 and b.layout:
         from search_spaces._conv_tiles import vectors
         from search_spaces.conv2d import Conv2d, channels_last_default
 
@@ -294,7 +292,7 @@ def _dense(
         }  # fmt: skip
         tile = channels_last_default(Conv2d.from_args(args), b.target)
         accumulators = vectors(tile["kr"], lanes) * tile["owr"] * tile["ohr"]
-        if 2 * accumulators > int(b.target.get("vector_registers", 16)):
+        if 2 * accumulators > b.target.vector_registers:
             args["block"], args["weights"] = tile["kr"], "blocked"
             conv = Conv2d.from_args(args)
             packed = b.const(n.inputs[1], conv.pack_weights(weight.reshape(N, K, 1, 1)))
