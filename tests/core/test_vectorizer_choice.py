@@ -88,11 +88,14 @@ def test_a_tile_row_longer_than_llvm_unrolls_is_cut_into_short_simd_loops(
     nr: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A register tile's SIMD row of more than 32 lanes is rendered as loops of at most 32:
-    left whole, LLVM unrolled it only after its vectorizers and the tile ran as scalar FMAs."""
+    left whole, LLVM unrolled it only after its vectorizers and the tile ran as scalar FMAs.
+    (Written in explicit vectors, the default, the row needs no cut: ``test_simd_vectors``;
+    this is the scalar source the SLP vectorizer packs, ``simd=False``.)"""
     monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))  # compiled here, so its asm is known
+    scalar_source = tuner.BuildOptions(simd=False)
     for M, N in ((37, 101), (8, 2 * nr)):  # no tile divides the first; the second has no edge
         s, args = _tile_matmul(M, N, 4, nr)
-        kern = tuner.build(s, args, target=TARGET)
+        kern = tuner.build(s, args, target=TARGET, options=scalar_source)
         assert "# vectorizer=slp " in kern.source
         update = kern.source.split("for k in range(29):")[1].split("for i in range(4):")[0]
         assert f"in range({nr}):" not in update

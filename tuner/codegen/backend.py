@@ -72,6 +72,9 @@ class BuildOptions:
     #: TBB), "pool" (Python threads) or "auto" (native where a thread-safe layer loads).
     launch: str = "auto"
     cache: bool = True
+    #: Write a register tile's SIMD loops in explicit vectors of the target's width
+    #: (a CPU kernel compiled with the SLP vectorizer, ``tuner.codegen.cpu.vectors``).
+    simd: bool = True
 
 
 class LaunchError(RuntimeError):

@@ -275,12 +275,15 @@ from tuner.codegen.cpu.runtime import (
 )
 from tuner.codegen.cpu.launch import chunk_address, launch
 from tuner.codegen.cpu.threads import parallel_for
+from tuner.codegen.cpu.vectors import ({vectors})
 
 """
 
 
-def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
+def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: Target) -> str:
     import numba
+
+    from . import vectors
 
     fm = "{'contract'}" if options.fastmath_contract else "False"
     flags = (
@@ -288,14 +291,20 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions) -> str:
         " pipeline_class=NoAliasCompiler"
     )
     header = _HEADER.format(
-        what=func.name, vec=vec, fm=options.fastmath_contract, numba=numba.__version__
+        what=func.name,
+        vec=vec,
+        fm=options.fastmath_contract,
+        numba=numba.__version__,
+        vectors=", ".join(vectors.names()),
     )
+    lanes = target.lanes("float32") if options.simd and vec == "slp" else 0
     return header + render(
         func,
         njit_flags=flags,
         parallel=options.parallel,
         stage_vectors=vec == "slp",
         launch=_launch(options.launch),
+        lanes=lanes if lanes in vectors.LANES else 0,
     )
 
 
@@ -371,7 +380,8 @@ def _runtime_fingerprint() -> str:
         here = Path(__file__).parent
         text = (
             b"".join(
-                (here / name).read_bytes() for name in ("runtime.py", "threads.py", "launch.py")
+                (here / name).read_bytes()
+                for name in ("runtime.py", "threads.py", "launch.py", "vectors.py")
             )
             + " ".join(LLVM_OPTIONS).encode()
         )
@@ -390,11 +400,11 @@ class NumbaCpuBackend(Backend):
         return dataclasses.replace(options, launch=_launch(options.launch))
 
     def source(self, func: LoweredFunc, target: Target, options: BuildOptions) -> str:
-        return _module_source(func, _vectorizer(func, options), options)
+        return _module_source(func, _vectorizer(func, options), options, target)
 
     def compile(self, func: LoweredFunc, target: Target, options: BuildOptions) -> Kernel:
         vec = _vectorizer(func, options)
-        source = _module_source(func, vec, options)
+        source = _module_source(func, vec, options, target)
         key = hashlib.sha256(
             (source + target.fingerprint + repr(options) + _runtime_fingerprint()).encode()
         ).hexdigest()[:20]

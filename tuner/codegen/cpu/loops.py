@@ -8,9 +8,9 @@ every loop it renders; each returns ``False`` where it does not apply.
 from __future__ import annotations
 
 from ...lower.ir import For, Load, Store
-from ...lower.simplify import simplify
+from ...lower.simplify import linear, simplify
 from ...lower.visitor import substitute_stmt
-from ...te.expr import Const, Var, substitute, walk
+from ...te.expr import Binary, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
 from .threaded import binds
 from .unroll import SLP_UNROLLED_FULLY, transcendental, unrolled_fully
@@ -21,9 +21,63 @@ __all__ = ["LoopRewrites"]
 #: The longest SIMD loop staged through a stack buffer (see ``LoopRewrites._stage``).
 _MAX_STAGED = 64
 
+#: Float arithmetic a loop written in vectors may hold (``LoopRewrites._vectors``).
+_VECTOR_OPS = {"add": "vadd", "sub": "vsub", "mul": "vmul"}
+
 
 class LoopRewrites(NumbaSourceRenderer):
     """The loop rewrites of the CPU source (mixed into ``source.NumbaRenderer``)."""
+
+    #: float32 lanes of the target's vectors where SIMD loops are written in vectors (0: never).
+    lanes = 0
+
+    def _vectors(self, s: For) -> bool:
+        """A SIMD loop of float32 arithmetic, ``lanes`` at a time, as explicit vectors
+        (``vectors``): ``for j in range(32): acc[32*i + j] += a[i] * b[j]`` as two
+        ``vstore16(acc, 32*i + 16*c, vadd16(vload16(acc, ...), vmul16(vbcast16(a[i]),
+        vload16(b, 16*c))))``; the trips past the last whole vector stay a loop.
+
+        It applies where the loop body is one store of float32 arithmetic (add,
+        subtract, multiply) of loads and constants, every address moves by one element
+        per trip or not at all (a broadcast), and the stored buffer is read only at the
+        element stored: each lane then depends on nothing the others write, as the
+        scalar loop. Anything else is left to the SLP vectorizer.
+        """
+        if not self.lanes or s.kind != "vectorize" or not isinstance(s.extent, Const):
+            return False
+        body, n, L = s.body, int(s.extent.value), self.lanes
+        if n < L or not isinstance(body, Store) or self.buffers[body.buffer].dtype != "float32":
+            return False
+        store = simplify(self._offset(body.buffer, body.indices))
+        if _stride(store, s.var) != 1 or not _vectorizable(body.value, s.var, body, self):
+            return False
+        for c in range(n // L):
+            at: dict[str, Expr] = {s.var: Const(c * L, "int64")}
+            value = self._vector_expr(body.value, s.var, at)
+            index = self.index(body.buffer, tuple(substitute(i, at) for i in body.indices))
+            self.emit(f"vstore{L}({body.buffer}, {index}, {value})")
+        rest = n % L
+        if rest:
+            shifted = binds(s.var, Var(s.var, "int64") + Const(n - rest))
+            self.visit(For(s.var, Const(rest), s.kind, substitute_stmt(body, shifted, simplify)))
+        return True
+
+    def _vector_expr(self, e: Expr, var: str, at: dict[str, Expr]) -> str:
+        """``e`` as a vector whose first lane is ``var`` at ``at`` (``_vectorizable`` said it can be)."""
+        L = self.lanes
+        if isinstance(e, Load):
+            index = self.index(e.buffer, tuple(substitute(i, at) for i in e.indices))
+            if _stride(simplify(self._offset(e.buffer, e.indices)), var) == 1:
+                return f"vload{L}({e.buffer}, {index})"
+            return f"vbcast{L}({e.buffer}[{index}])"
+        if isinstance(e, Binary):
+            a, b = self._vector_expr(e.a, var, at), self._vector_expr(e.b, var, at)
+            return f"{_VECTOR_OPS[e.op]}{L}({a}, {b})"
+        return f"vbcast{L}({self.expr(e)})"  # a float32 constant
+
+    def _offset(self, name: str, idx: tuple[Expr, ...]) -> Expr:
+        """Element ``idx`` of buffer ``name`` as an offset into the array the kernel holds."""
+        raise NotImplementedError
 
     def _version_trips(self, s: For) -> bool:
         """A loop of ``min(c, e)`` trips as ``if e >= c:`` the loop of ``c`` trips, ``else:``
@@ -149,3 +203,36 @@ class LoopRewrites(NumbaSourceRenderer):
             self.depth + 1,
         )
         return True
+
+
+def _stride(offset: Expr, var: str) -> int | None:
+    """Elements ``offset`` moves per trip of ``var``; None where it is not affine in it."""
+    if not any(isinstance(x, Var) and x.name == var for x in walk(offset)):
+        return 0
+    lin = linear(offset)
+    coeff = lin.terms.get(Var(var, "int64"))
+    rest = [a for a in lin.terms if a != Var(var, "int64")]
+    if coeff is None or any(isinstance(x, Var) and x.name == var for a in rest for x in walk(a)):
+        return None
+    return coeff
+
+
+def _vectorizable(e: Expr, var: str, store: Store, r: LoopRewrites) -> bool:
+    """Whether ``e`` is float32 arithmetic ``_vectors`` writes in vectors (see there)."""
+    if isinstance(e, Const):
+        return e.dtype == "float32"
+    if isinstance(e, Load):
+        if e.dtype != "float32" or r.buffers[e.buffer].dtype != "float32":
+            return False
+        stride = _stride(simplify(r._offset(e.buffer, e.indices)), var)
+        if e.buffer == store.buffer:
+            return e.indices == store.indices
+        return stride in (0, 1)
+    if isinstance(e, Binary):
+        return (
+            e.op in _VECTOR_OPS
+            and e.dtype == "float32"
+            and _vectorizable(e.a, var, store, r)
+            and _vectorizable(e.b, var, store, r)
+        )
+    return False

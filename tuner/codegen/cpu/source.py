@@ -45,10 +45,11 @@ _STACK_SCRATCH = 16 * 1024
 
 
 class NumbaRenderer(LoopRewrites):
-    def __init__(self, func: LoweredFunc, stage_vectors: bool = False):
+    def __init__(self, func: LoweredFunc, stage_vectors: bool = False, lanes: int = 0):
         super().__init__({b.name: b for b in func.args})
         self.func = func
         self.stage_vectors = stage_vectors
+        self.lanes = lanes if stage_vectors else 0
         # Scratch allocated once by the entry function: name -> (elements, dtype).
         # The same buffer may be met twice (full and edge copies of a tile).
         self.hoisted: dict[str, tuple[Ext, str]] = {}
@@ -182,6 +183,8 @@ class NumbaRenderer(LoopRewrites):
         if self._version_trips(s):
             return
         if self._unswitch(s):
+            return
+        if self._vectors(s):
             return
         if self.stage_vectors and self._chunk(s):
             return
@@ -334,6 +337,7 @@ def render(
     parallel: str = "threads",
     stage_vectors: bool = False,
     launch: str = "pool",
+    lanes: int = 0,
 ) -> str:
     """The kernel as Python source for Numba.
 
@@ -345,7 +349,9 @@ def render(
     holding the loops: allocating them inside the loop nest's own function
     kept LLVM from vectorizing register tiles (3.8 against 52 to 74 GFLOP/s).
     ``stage_vectors`` stores innermost loops' results through stack buffers (for
-    kernels compiled with the SLP vectorizer, see ``loops.LoopRewrites._stage``).
+    kernels compiled with the SLP vectorizer, see ``loops.LoopRewrites._stage``);
+    with it, ``lanes`` writes their float32 SIMD loops in vectors of that many lanes
+    (``loops.LoopRewrites._vectors``; 0: never).
     """
     if parallel not in ("threads", "prange"):
         raise ValueError(f"parallel must be 'threads' or 'prange', not {parallel!r}")
@@ -354,9 +360,9 @@ def render(
         items = top_level(func.body, allocs, frozenset(v.name for v in func.symbols))
         if items is not None:
             return render_threaded(
-                NumbaRenderer(func, stage_vectors), func, items, allocs, njit_flags, launch
+                NumbaRenderer(func, stage_vectors, lanes), func, items, allocs, njit_flags, launch
             )
-    r = NumbaRenderer(func, stage_vectors)
+    r = NumbaRenderer(func, stage_vectors, lanes)
     r.visit(func.body)
     r.lines[:0] = r.take_stack()
     params = ", ".join([*(b.name for b in func.args), *r.symbols])
