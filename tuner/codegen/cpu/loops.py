@@ -54,7 +54,7 @@ class LoopRewrites(NumbaSourceRenderer):
         for c in range(n // L):
             at: dict[str, Expr] = {s.var: Const(c * L, "int64")}
             value = self._vector_expr(body.value, s.var, at)
-            index = self.index(body.buffer, tuple(substitute(i, at) for i in body.indices))
+            index = self._address(body.buffer, tuple(substitute(i, at) for i in body.indices))
             self.emit(f"vstore{L}({body.buffer}, {index}, {value})")
         rest = n % L
         if rest:
@@ -66,14 +66,21 @@ class LoopRewrites(NumbaSourceRenderer):
         """``e`` as a vector whose first lane is ``var`` at ``at`` (``_vectorizable`` said it can be)."""
         L = self.lanes
         if isinstance(e, Load):
-            index = self.index(e.buffer, tuple(substitute(i, at) for i in e.indices))
+            index = self._address(e.buffer, tuple(substitute(i, at) for i in e.indices))
             if _stride(simplify(self._offset(e.buffer, e.indices)), var) == 1:
                 return f"vload{L}({e.buffer}, {index})"
-            return f"vbcast{L}({e.buffer}[{index}])"
+            return f"vbload{L}({e.buffer}, {index})"
         if isinstance(e, Binary):
             a, b = self._vector_expr(e.a, var, at), self._vector_expr(e.b, var, at)
             return f"{_VECTOR_OPS[e.op]}{L}({a}, {b})"
         return f"vbcast{L}({self.expr(e)})"  # a float32 constant
+
+    def _address(self, name: str, idx: tuple[Expr, ...]) -> str:
+        """A vector operation's element offset: the intrinsics compute the address
+        themselves, so the offset needs no ``np.uint64`` (one call fewer for Numba to type
+        per operand; typing was most of a vector kernel's build: matmul 512, 6 x 32 tile,
+        reduction unrolled 8 times, 0.95 s of 3.3)."""
+        return self.expr(simplify(self._offset(name, idx)))
 
     def _offset(self, name: str, idx: tuple[Expr, ...]) -> Expr:
         """Element ``idx`` of buffer ``name`` as an offset into the array the kernel holds."""

@@ -32,7 +32,7 @@ __all__ = ["LANES", "names"]
 LANES = (4, 8, 16)
 
 #: The operations of every width: ``vload16``, ``vstore16``... (``names``).
-_OPS = ("vload", "vstore", "vbcast", "vadd", "vsub", "vmul")
+_OPS = ("vload", "vstore", "vbcast", "vbload", "vadd", "vsub", "vmul")
 
 
 def names() -> list[str]:
@@ -61,6 +61,14 @@ def _pointer(context: Any, builder: Any, sig: Any, args: Any, vec: ir.Type) -> A
     index = context.cast(builder, args[1], indexty, types.intp)
     item = cgutils.get_item_pointer(context, builder, arrayty, ary, [index])
     return builder.bitcast(item, vec.as_pointer())
+
+
+def _splat(builder: Any, value: Any, vec: ir.VectorType) -> Any:
+    """``value`` (a float) in every lane of a ``vec``."""
+    undef = ir.Constant(vec, ir.Undefined)
+    one = builder.insert_element(undef, value, ir.IntType(32)(0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count)
+    return builder.shuffle_vector(one, undef, zeros)
 
 
 def _is_f32_array(a: Any) -> bool:
@@ -101,12 +109,23 @@ def _ops(lanes: int) -> dict[str, Any]:
             return None
 
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            value = context.cast(builder, args[0], sig.args[0], types.float32)
-            one = builder.insert_element(ir.Constant(llty, ir.Undefined), value, ir.IntType(32)(0))
-            zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-            return builder.shuffle_vector(one, ir.Constant(llty, ir.Undefined), zeros)
+            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), llty)
 
         return vt(x), codegen
+
+    @intrinsic  # type: ignore[misc]
+    def vbload(typingctx: Any, array: Any, index: Any) -> Any:
+        """``array[index]`` in every lane (one call where ``vbcast(array[index])`` is three
+        for Numba to type: the index's cast, the read, the broadcast)."""
+        if not (_is_f32_array(array) and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            scalar = ir.FloatType().as_pointer()
+            address = builder.bitcast(_pointer(context, builder, sig, args, llty), scalar)
+            return _splat(builder, builder.load(address), llty)
+
+        return vt(array, index), codegen
 
     def binary(op: str) -> Any:
         @intrinsic  # type: ignore[misc]
@@ -125,6 +144,7 @@ def _ops(lanes: int) -> dict[str, Any]:
         f"vload{lanes}": vload,
         f"vstore{lanes}": vstore,
         f"vbcast{lanes}": vbcast,
+        f"vbload{lanes}": vbload,
         f"vadd{lanes}": binary("fadd"),
         f"vsub{lanes}": binary("fsub"),
         f"vmul{lanes}": binary("fmul"),
