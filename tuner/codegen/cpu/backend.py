@@ -297,7 +297,7 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: T
         numba=numba.__version__,
         vectors=", ".join(vectors.names()),
     )
-    lanes = target.lanes("float32") if options.simd and vec == "slp" else 0
+    lanes = target.lanes("float32") if options.simd else 0  # (used under SLP only: ``render``)
     return header + render(
         func,
         njit_flags=flags,

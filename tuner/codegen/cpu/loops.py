@@ -34,7 +34,7 @@ class LoopRewrites(NumbaSourceRenderer):
     def _vectors(self, s: For) -> bool:
         """A SIMD loop of float32 arithmetic, ``lanes`` at a time, as explicit vectors
         (``vectors``): ``for j in range(32): acc[32*i + j] += a[i] * b[j]`` as two
-        ``vstore16(acc, 32*i + 16*c, vadd16(vload16(acc, ...), vmul16(vbcast16(a[i]),
+        ``vstore16(acc, 32*i + 16*c, vadd16(vload16(acc, ...), vmul16(vbload16(a, i),
         vload16(b, 16*c))))``; the trips past the last whole vector stay a loop.
 
         It applies where the loop body is one store of float32 arithmetic (add,
@@ -231,10 +231,9 @@ def _vectorizable(e: Expr, var: str, store: Store, r: LoopRewrites) -> bool:
     if isinstance(e, Load):
         if e.dtype != "float32" or r.buffers[e.buffer].dtype != "float32":
             return False
-        stride = _stride(simplify(r._offset(e.buffer, e.indices)), var)
         if e.buffer == store.buffer:
             return e.indices == store.indices
-        return stride in (0, 1)
+        return _stride(simplify(r._offset(e.buffer, e.indices)), var) in (0, 1)
     if isinstance(e, Binary):
         return (
             e.op in _VECTOR_OPS

@@ -7,7 +7,7 @@ back into vectors with its SLP vectorizer: 6 x 32 scalar multiply-adds per reduc
 step, four times over with an unrolled reduction, twice over with an edge version,
 and most of a candidate's build went there (matmul 512 with a 6 x 32 tile unrolled 4
 times: 3.2 of its 4.6 s in LLVM's passes, unrolling and loop strength reduction
-first). Written as ``vstore16(acc, i*32, vadd16(vload16(acc, i*32), vmul16(vbcast16(a[i]),
+first). Written as ``vstore16(acc, i*32, vadd16(vload16(acc, i*32), vmul16(vbload16(a, i),
 vload16(b, 0))))``, two statements per row, LLVM receives the vectors it would have
 built (``loops.LoopRewrites._vectors``).
 
