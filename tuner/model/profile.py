@@ -45,7 +45,7 @@ _LAYOUT_SUFFIXES = ("_nchwc",)
 
 def rows(plan: Any, seconds: Sequence[float]) -> list[dict[str, Any]]:
     """One row per kernel of ``plan`` (a compiled plan of ``Module``), timed as ``seconds``."""
-    from .runner import short_key
+    from .runner import key_label
 
     total = sum(seconds) or 1.0
     out = []
@@ -56,7 +56,7 @@ def rows(plan: Any, seconds: Sequence[float]) -> list[dict[str, Any]]:
                 "kernel": k,
                 "nodes": " ".join(spec.nodes),
                 "ops": spec.ops,
-                "task": short_key(spec.task.key),
+                "task": key_label(spec.task.key),
                 "shape": "x".join(str(d) for d in value.shape),
                 "ms": t * 1e3,
                 "share": t / total,

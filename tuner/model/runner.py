@@ -28,11 +28,12 @@ from ..target import Target
 from .bucket import MaskInput
 from .inplace import InPlace, in_place_concats
 from .lowered import Lowered
+from .overwrite import overwritten_inputs
 from .plan import Interval, assign_offsets, lifetimes
 from .prebuild import prebuild
 from .tasks import KernelSpec
 
-__all__ = ["Plan", "TaskUse", "build_progress", "dims", "short_key"]
+__all__ = ["Plan", "TaskUse", "build_progress", "dims", "key_label", "short_key"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class Plan:
         self.values: dict[str, Value] = dict(lowered.values)
         #: Concatenations their producers write in place (``tuner.model.inplace``).
         self.in_place: list[InPlace] = []
+        #: Outputs computed into an input's buffer, ``{output: input}`` (``tuner.model.overwrite``).
+        self.overwrites: dict[str, str] = {}
         if prebuilt is None:
             self.in_place = in_place_concats(
                 self.specs, self.values, lowered.outputs, lowered.views, target
@@ -87,6 +90,11 @@ class Plan:
             pitches = [pitch.get(s.output, 0) for s in self.specs]
             self.kernels, self.untuned, self.notes = _build_all(self.specs, records, pitches)
             self._extents: list[tuple[int, ...]] = [() for _ in self.specs]
+            kept = {n for pair in lowered.views for n in pair} | set(pitch)
+            kept |= {p.value for p in self.in_place}
+            self.overwrites = overwritten_inputs(
+                self.specs, self.kernels, self.values, lowered.outputs, kept, target
+            )
         else:
             self.kernels = [k for k, _ in prebuilt]
             self._extents = [e for _, e in prebuilt]
@@ -122,6 +130,8 @@ class Plan:
             for part, at in place.parts.items():
                 roots[part] = place.value
                 offsets_in[part] = (place.value, at)
+        for out, src in self.overwrites.items():  # in the order they run: src's root is known
+            roots[out] = roots.get(src, src)
 
         def root_of(v: str) -> str:
             return roots.get(v, v)
@@ -330,14 +340,22 @@ class Plan:
             warnings.warn(note, RecordChoiceWarning, stacklevel=5)
 
 
-def short_key(key: str) -> str:
-    """A task key as the summary shows it: a generic group by its digest, not its whole text."""
+def key_label(key: str) -> str:
+    """A task key as tables and files name it: a generic group by its digest (its whole
+    graph as text is the key), any other task by its whole key."""
     if key.startswith("fused(graph="):
         from ..graph.canonical import digest
 
         text, _, where = key[len("fused(graph=") :].rpartition(")@")
         return f"fused[{digest(text)}]@{where}"
-    return key if len(key) <= 110 else key[:107] + "..."
+    return key
+
+
+def short_key(key: str) -> str:
+    """A task key as the summary's last column shows it: :func:`key_label`, cut at 110
+    characters."""
+    label = key_label(key)
+    return label if len(label) <= 110 else label[:107] + "..."
 
 
 def dims(v: Value) -> tuple[int, ...]:
