@@ -363,6 +363,11 @@ def register_blocked(
         s[C].unroll(ku)  # copies of the whole MR x NR update, one per k step
     CL = s.cache_write(C, "local")
     s[CL].compute_at(s[C], ib)
+    if dot is None and C.dtype == "float32" and isinstance(C.shape[-1], Const):
+        # The tile's loads and stores of C (partial sums across KC blocks) in whole vectors
+        # too, not scalar loops for LLVM to unroll and pack (its SLP pass was a quarter of
+        # a build's LLVM time).
+        s[CL].vectorize(s[CL].op.axis[-1])
     for packing, at, tile in ((pack_b, ko, nr), (pack_a, io, mr)):
         if packing is not None:
             pack_panels(s, packing, C, tile, at=at)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,28 @@ def test_a_store_that_reads_another_element_of_its_buffer_stays_scalar() -> None
     assert _vectorizable(same.value, "j", same, r)
     r.visit(For("j", Const(32), "vectorize", store))
     assert "vstore" not in "\n".join(r.lines)
+
+
+@pytest.mark.parametrize(("M", "mr"), [(96, 6), (101, 6), (64, 8)])
+def test_an_unrolled_tile_of_whole_vectors_stays_a_loop_in_the_source(M: int, mr: int) -> None:
+    """The register tile's rows and its unrolled reduction steps are loops of vector
+    statements, which LLVM unrolls, not ``mr x k_unroll`` copies for Numba to type and
+    lower; its partial sums load and store in vectors. Rows past the last whole tile take
+    an edge version as well; every shape matches NumPy."""
+    if HOST.lanes("float32") < 16:
+        pytest.skip("the statements below are written for vectors of 16 float32")
+    o = get_operator("matmul")
+    parsed = o.parse_args({"M": M, "N": 64, "K": 48})
+    cfg = {**o.default_config(parsed, HOST), "mr": mr, "nr": 32, "nc_tiles": 2, "k_unroll": 4}
+    cfg["kc"] = 48  # (NC is N: no column edge, whose copies of the tile stay scalar loops)
+    s, tensors = o.schedule(cfg, parsed, HOST)
+    kern = tuner.build(s, tensors, target=HOST)
+    updates = [ln for ln in kern.source.splitlines() if re.search(r"vstore16\(C_local.*vmul16", ln)]
+    assert len(updates) in (2, 4)  # one statement per vector of a row (per tile version)
+    assert re.search(r"for k_i_i in range\(4\):\n\s+for i_i_i in range\(\d+\):", kern.source)
+    assert "C_local[np.uint64" not in kern.source  # no scalar copies of the tile
+    a = RNG.standard_normal((M, 48)).astype(np.float32)
+    b = RNG.standard_normal((48, 64)).astype(np.float32)
+    c = np.full((M, 64), np.nan, np.float32)
+    kern(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)

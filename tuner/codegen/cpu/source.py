@@ -173,9 +173,13 @@ class NumbaRenderer(LoopRewrites):
         # ``52 - 64*k_o`` under ``for k_o in range(1)`` becomes the constant 52, which the
         # vectorizers take (a 1x1 convolution of a 1x1 image, 440 -> 52 channels, ran its
         # only tile scalar: 17 us).
+        # An unrolled loop is copies of its body in the source, except one whose body is
+        # whole vectors (``_whole_vectors``: LLVM unrolls it as well, and Numba types and
+        # lowers one copy).
         trips = s.extent
         if isinstance(trips, Const) and (
-            s.kind == "unroll" or (s.kind == "serial" and int(trips.value) == 1)
+            (s.kind == "unroll" and (int(trips.value) == 1 or not self._whole_vectors(s.body)))
+            or (s.kind == "serial" and int(trips.value) == 1)
         ):
             for k in range(int(trips.value)):
                 self.visit(substitute_stmt(s.body, binds(s.var, Const(k)), simplify))
