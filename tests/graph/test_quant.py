@@ -180,6 +180,69 @@ def test_on_a_host_with_an_int8_dot_product_the_convolutions_run_integer() -> No
     assert apart.max() <= 1 and apart.mean() < 0.05, (apart.max(), apart.mean())
 
 
+def _near_half() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """``(xq, wq, bq, w_scale, y_scale)`` of a 1 x 1 convolution of every int8 value
+    (x_scale 0.02, zero point 0) on which requantizing as onnxruntime's QLinearConv does,
+    ``(acc + bq) * float32(x_scale * w_scale / y_scale)``, and dequantizing the sums then
+    quantizing them, ``(acc * x_scale * w_scale + bias) / y_scale``, round at least one output
+    to different integers: the values lie within float32's rounding of a half."""
+    rng = np.random.default_rng(3)
+    xq = np.arange(-128, 128, dtype=np.int64).reshape(1, -1)
+    xs = np.float32(0.02)
+    while True:
+        wq = rng.integers(-127, 128, (64, 1)).astype(np.int64)
+        ws = (rng.random(64) * 0.02 + 0.001).astype(np.float32)
+        ys = np.float32(rng.random() * 0.1 + 0.02)
+        bq = rng.integers(-3000, 3000, 64).astype(np.int64)
+        acc = wq.sum(axis=1, keepdims=True) * xq  # every channel sees each input value
+        c = (xs * ws).astype(np.float32)[:, None]
+        ort_way = np.rint((acc + bq[:, None]).astype(np.float32) * (c / ys).astype(np.float32))
+        dequantized = acc.astype(np.float32) * c + (bq * c[:, 0]).astype(np.float32)[:, None]
+        float_way = np.rint(dequantized.astype(np.float32) / ys)
+        inside = np.abs(ort_way) < 100
+        if np.any((ort_way != float_way) & inside):
+            return xq, wq, bq, ws, float(ys)
+
+
+@pytest.mark.parametrize("group", [1, 64])
+def test_a_quantize_static_convolution_requantizes_as_onnxruntime_does(group: int) -> None:
+    """A QDQ convolution with an int32 bias (as ``quantize_static`` writes it), one group or
+    depthwise, gives onnxruntime's int8 values exactly: its bias is added to the integer sums
+    and one multiply by ``x_scale * w_scale / y_scale`` requantizes them, rounded half to
+    even, as QLinearConv does, on inputs chosen where another order of the same arithmetic
+    rounds differently. (Integer kernels run where the host has an int8 dot product.)"""
+    from tuner.lower.intrin import dot_intrinsic
+    from tuner.target import Target
+
+    if dot_intrinsic(Target.from_name("cpu")) is None:
+        pytest.skip("the host has no int8 dot product")
+    xq, wq, bq, ws, ys = _near_half()
+    C = 64 if group == 64 else 1
+    weight = np.zeros((64, 64 // group if group == 64 else 1, 1, 1), np.int8)
+    weight[:, 0, 0, 0] = wq[:, 0]
+    inits: list = []  # type: ignore[type-arg]
+    x = (xq.reshape(1, 1, 16, 16).astype(np.float32) * np.float32(0.02)).repeat(C, axis=1)
+    nodes = _qdq("x", "xd", 0.02, 0, TensorProto.INT8, inits)
+    inits += [
+        numpy_helper.from_array(weight, "w_q"),
+        numpy_helper.from_array(ws, "w_s"),
+        numpy_helper.from_array(np.zeros(64, np.int8), "w_z"),
+        numpy_helper.from_array(bq.astype(np.int32), "b_q"),
+        numpy_helper.from_array((np.float32(0.02) * ws).astype(np.float32), "b_s"),
+    ]
+    nodes += [
+        helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], axis=0),
+        helper.make_node("DequantizeLinear", ["b_q", "b_s"], ["b"], axis=0),
+        helper.make_node("Conv", ["xd", "w", "b"], ["c"], group=group),
+    ]
+    nodes += _qdq("c", "y", ys, 0, TensorProto.INT8, inits)
+    model = _model(nodes, inits, (1, C, 16, 16), "y", (1, 64, 16, 16))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    got = compile_model(model).run({"x": x})[0]
+    np.testing.assert_array_equal(np.rint(got / np.float32(ys)), np.rint(want / np.float32(ys)))
+
+
 def test_a_qdq_matmul_with_asymmetric_activations_matches_within_one_step() -> None:
     inits: list = []  # type: ignore[type-arg]
     w = (RNG.standard_normal((24, 10)) * 0.2).astype(np.float32)

@@ -16,6 +16,7 @@ dequantized in memory.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
@@ -44,10 +45,17 @@ def nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
     scale = np.float32(xs.reshape(-1)[0]) * ws.astype(np.float32).reshape(-1)
     scale = np.broadcast_to(scale, (K,)).astype(np.float32)
     bias = n.inputs[5] if len(n.inputs) > 5 and n.inputs[5] else ""
-    if p.group != 1:
-        weight = wq.astype(np.float32) * scale.reshape(-1, 1, 1, 1)
+    counts = _integer_bias(b, values[bias].data if bias else None, bias, scale)
+    if p.group != 1:  # integer weights: the sums are exact in float32 too
         image = {"x_dtype": x.dtype, "x_zero_point": zero}
-        return direct_nhwc(b, n, x, y, weight, bias, image)
+        made = direct_nhwc(b, n, x, y, wq.astype(np.float32), counts or "", image)
+        if made is None:
+            return None
+        steps, extras = ["mul@c"], [b.const(f"{n.outputs[0]}_scale", scale)]
+        if bias and not counts:
+            steps.append("add@c")
+            extras.append(bias)
+        return dataclasses.replace(made, steps=tuple(steps), extras=tuple(extras))
     window = p.uniform()
     if window is None:
         return None
@@ -73,7 +81,10 @@ def nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
     sums = _colsums(b, n.inputs[1], matrix)
     zp = b.const(f"{n.inputs[0]}_zero_point", xz.reshape(1), x.dtype)
     steps, extras = ["mul@c"], [b.const(f"{n.outputs[0]}_scale", scale)]
-    if bias:
+    if counts:  # the int32 bias onnxruntime adds to its sums, then one multiply
+        steps.insert(0, "add@c")
+        extras.insert(0, counts)
+    elif bias:
         steps.append("add@c")
         extras.append(bias)
     args = {"M": N * OH * OW, "N": K, "K": depth, "a_dtype": x.dtype, "colsums": True}
@@ -87,6 +98,20 @@ def nhwc_qconv(b: Builder, n: Node, values: Mapping[str, Value]) -> Match | None
         tuple(extras),
         prologue,
     )
+
+
+def _integer_bias(b: Builder, data: np.ndarray | None, bias: str, scale: np.ndarray) -> str:
+    """The bias as whole multiples of ``scale`` (``x_scale * w_scale[k]``), float32 constants
+    that add to the integer sums exactly, where it is one (what ``quantize_static`` writes: an
+    int32 bias dequantized with that scale); '' otherwise. The kernel then computes
+    ``(sums + counts) * scale``, as onnxruntime's QLinearConv does."""
+    if data is None:
+        return ""
+    data = np.asarray(data, np.float32).reshape(-1)
+    counts = np.rint(data / scale)
+    if np.any(np.abs(counts) >= 2**24) or not np.array_equal(counts * scale, data):
+        return ""
+    return b.const(f"{bias}_counts", counts.astype(np.float32))
 
 
 def _colsums(b: Builder, weight: str, matrix: np.ndarray) -> str:

@@ -75,6 +75,7 @@ def _group_kernels(b: Builder, node: Node) -> None:
             b, chain, first.outputs[0], values, made.out_shape, made.channel_axis, len(steps)
         )
         steps, extras = steps + more, extras + more_extras
+        steps, extras = requantized(b, steps, extras, values)
     args, inputs = dict(made.args), list(made.inputs)
     if (
         made.op in ("dense", "conv2d")
@@ -196,6 +197,41 @@ _CONST = {
 
 def _num(x: float) -> str:
     return repr(float(np.float32(x)))
+
+
+def requantized(
+    b: Builder, steps: list[str], extras: list[str], values: Mapping[str, Value]
+) -> tuple[list[str], list[str]]:
+    """An epilogue that ends by quantizing with scale ``s`` after a constant per-channel
+    multiply (and constant adds after it) as one multiply by ``m / s`` (the adds by
+    ``a / s``) and a quantization of scale 1: what onnxruntime's QLinearConv computes,
+    ``(acc + bias) * float32(x_scale * w_scale / y_scale)``, rounded half to even, without
+    a division per element. The steps are unchanged where they are anything else."""
+    if not steps or not steps[-1].startswith("quant_"):
+        return steps, extras
+    kind, scale, zero = steps[-1].split(":")
+    s = np.float32(float(scale))
+    if s == 1 or not np.isfinite(s) or s <= 0:
+        return steps, extras
+    at: list[int | None] = []  # the extra each step reads
+    for step in steps[:-1]:
+        at.append(sum(i is not None for i in at) if "@" in step and "@v" not in step else None)
+    divided: dict[int, str] = {}
+    for j in range(len(steps) - 2, -1, -1):
+        e = at[j]
+        if e is None or steps[j] not in ("add@c", "mul@c"):
+            return steps, extras
+        v = b.new_values.get(extras[e]) or values.get(extras[e])
+        data = v.data if v is not None else None
+        if data is None:
+            return steps, extras
+        divided[e] = b.const(f"{extras[e]}_requant", np.asarray(data, np.float32) / s)
+        if steps[j] == "mul@c":
+            break
+    else:
+        return steps, extras  # no multiply to take the scale
+    out = [divided.get(i, name) for i, name in enumerate(extras)]
+    return [*steps[:-1], f"{kind}:1.0:{zero}"], out
 
 
 def _epilogue(
