@@ -143,3 +143,54 @@ def test_an_unrolled_tile_of_whole_vectors_stays_a_loop_in_the_source(M: int, mr
     c = np.full((M, 64), np.nan, np.float32)
     kern(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+_MATH = [("vexp", "exp32"), ("verf", "erf32"), ("vtanh", "tanh32"), ("vsigmoid", "sigmoid32")]
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize(("vector", "scalar"), _MATH)
+def test_vector_math_is_the_scalar_helper_bit_for_bit(lanes: int, vector: str, scalar: str) -> None:
+    """Each lane of ``vexp16``... computes what ``runtime.exp32``... computes, exactly, over
+    a wide range (underflow, overflow, zeros of both signs, the clamps' edges)."""
+    import numba
+
+    from tuner.codegen.cpu import runtime, vectors
+
+    if HOST.lanes("float32") < lanes:
+        pytest.skip(f"this machine has no vectors of {lanes} float32")
+    vfn, load, store = (getattr(vectors, f"{n}{lanes}") for n in (vector, "vload", "vstore"))
+    sfn = getattr(runtime, scalar)
+
+    @numba.njit(fastmath={"contract"}, error_model="numpy")
+    def in_vectors(a, out):  # type: ignore[no-untyped-def]
+        for i in range(0, a.size, lanes):
+            store(out, i, vfn(load(a, i)))
+
+    @numba.njit(fastmath={"contract"}, error_model="numpy")
+    def in_scalars(a, out):  # type: ignore[no-untyped-def]
+        for i in range(a.size):
+            out[i] = sfn(a[i])
+
+    a = (RNG.standard_normal(1024) * 4).astype(np.float32)
+    a[:10] = [0.0, -0.0, 1e-30, -1e-30, 90.0, -90.0, 87.5, -88.0, 7.9988, -9.0]
+    got, want = np.empty_like(a), np.empty_like(a)
+    in_vectors(a, got)
+    in_scalars(a, want)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("epilogue", ["sigmoid;mul@v0", "clip:0.0:6.0", "gelu", "tanh;relu"])
+def test_an_activation_epilogue_is_written_in_vectors(epilogue: str) -> None:
+    """A channels-last 1 x 1 convolution's SiLU, clip, GELU or tanh epilogue: vector calls
+    in the source, one per vector of a row, and NumPy's values."""
+    lanes = HOST.lanes("float32")
+    args = {"N": 1, "C": 24, "H": 7, "W": 9, "K": 2 * lanes, "R": 1, "S": 1}
+    args.update(layout="NHWC", weights="HWIO", bias=True, epilogue=epilogue)
+    o, parsed, kern, out_shape = _build("conv2d", args, HOST)
+    calls = ("vsigmoid", "vmin", "verf", "vtanh")
+    assert any(f"{c}{lanes}(" in kern.source for c in calls), kern.source
+    inputs = o.make_inputs(parsed, target=HOST)
+    out = np.full(out_shape, np.nan, np.float32)
+    kern(*inputs, out)
+    np.testing.assert_allclose(out, o.reference(*inputs, **parsed), rtol=1e-4, atol=1e-4)

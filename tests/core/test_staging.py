@@ -12,6 +12,8 @@ from .ops import launches, matmul
 
 RNG = np.random.default_rng(11)
 SLP = tuner.BuildOptions(vectorizer="slp")
+#: The scalar source (no explicit vectors): where SIMD loops are staged for LLVM's SLP pass.
+SCALAR = tuner.BuildOptions(vectorizer="slp", simd=False)
 
 
 def _epilogue(m: int, n: int, lanes: int):  # type: ignore[no-untyped-def]
@@ -36,8 +38,12 @@ def test_staged_epilogue_matches_numpy(m: int, n: int, lanes: int, staged: bool)
     around the piece runs once (7 columns in pieces of 16), its body is rendered at 0 and
     the piece is the constant 7: staged."""
     s, args = _epilogue(m, n, lanes)
-    kern = tuner.build(s, args, options=SLP)
+    kern = tuner.build(s, args, options=SCALAR)
     assert ("Y_j_i_v = carray(stack_empty(" in kern.source) == staged
+    host = tuner.Target.from_name("cpu").lanes("float32")
+    if lanes % host == 0 and n >= lanes:  # in explicit vectors (the default) instead
+        vectors = tuner.build(s, args, options=SLP).source
+        assert f"vmax{host}(" in vectors and "Y_j_i_v = carray" not in vectors
     if n % lanes and n > lanes:
         assert f" >= {lanes}:" in kern.source  # the full pieces' branch
     x = RNG.standard_normal((m, n)).astype(np.float32)
@@ -111,14 +117,19 @@ def test_a_parallel_loop_is_not_staged() -> None:
 
 def test_transcendental_lanes_are_unrolled_in_the_source() -> None:
     """``Y = X * sigmoid(X) + b`` (SiLU with a bias), 16 SIMD lanes: too heavy for LLVM to
-    unroll before its SLP vectorizer, so the source holds each lane already unrolled."""
+    unroll before its SLP vectorizer, so the scalar source holds each lane already unrolled;
+    the default source calls the vector sigmoid once per vector."""
     X = te.placeholder((5, 16), "float32", name="X")
     b = te.placeholder((16,), "float32", name="b")
     Y = te.compute((5, 16), lambda i, j: X[i, j] * te.sigmoid(X[i, j]) + b[j], name="Y")
     s = te.create_schedule(Y)
     s[Y].vectorize(s[Y].op.axis[1])
-    kern = tuner.build(s, [X, b, Y], options=SLP)
+    kern = tuner.build(s, [X, b, Y], options=SCALAR)
     assert kern.source.count("sigmoid32(") == 16 and "Y_j_v[15] = " in kern.source
+    host = tuner.Target.from_name("cpu").lanes("float32")
+    if host <= 16:  # in explicit vectors (the default): one call per vector
+        vectors = tuner.build(s, [X, b, Y], options=SLP).source
+        assert vectors.count(f"vsigmoid{host}(") == 16 // host and "sigmoid32(" not in vectors
     x = RNG.standard_normal((5, 16)).astype(np.float32)
     bias = RNG.standard_normal(16).astype(np.float32)
     y = np.full((5, 16), np.nan, np.float32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...lower.ir import For, Load, Seq, Stmt, Store
 from ...lower.simplify import linear, simplify
 from ...lower.visitor import substitute_stmt
-from ...te.expr import Binary, Const, Expr, Var, substitute, walk
+from ...te.expr import Binary, Call, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
 from .threaded import binds
 from .unroll import SLP_UNROLLED_FULLY, transcendental, unrolled_fully
@@ -22,7 +22,17 @@ __all__ = ["LoopRewrites"]
 _MAX_STAGED = 64
 
 #: Float arithmetic a loop written in vectors may hold (``LoopRewrites._vectors``).
-_VECTOR_OPS = {"add": "vadd", "sub": "vsub", "mul": "vmul"}
+_VECTOR_OPS = {
+    "add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin",
+}  # fmt: skip
+#: Float32 functions it may call: the scalar helpers of ``runtime`` in vectors (``vectors``).
+_VECTOR_CALLS = {
+    "abs": "vabs",
+    "exp": "vexp",
+    "erf": "verf",
+    "tanh": "vtanh",
+    "sigmoid": "vsigmoid",
+}
 
 
 class LoopRewrites(NumbaSourceRenderer):
@@ -38,7 +48,9 @@ class LoopRewrites(NumbaSourceRenderer):
         vload16(b, 16*c))))``; the trips past the last whole vector stay a loop.
 
         It applies where the loop body is one store of float32 arithmetic (add,
-        subtract, multiply) of loads and constants, every address moves by one element
+        subtract, multiply, divide, min, max, and the helpers exp, erf, tanh, sigmoid and
+        abs, as ``vectors`` writes them: an epilogue's ReLU, clip, SiLU or GELU) of loads
+        and constants, every address moves by one element
         per trip or not at all (a broadcast), and the stored buffer is read only at the
         element stored: each lane then depends on nothing the others write, as the
         scalar loop. Anything else is left to the SLP vectorizer.
@@ -100,6 +112,8 @@ class LoopRewrites(NumbaSourceRenderer):
         if isinstance(e, Binary):
             a, b = self._vector_expr(e.a, var, at), self._vector_expr(e.b, var, at)
             return f"{_VECTOR_OPS[e.op]}{L}({a}, {b})"
+        if isinstance(e, Call):
+            return f"{_VECTOR_CALLS[e.name]}{L}({self._vector_expr(e.args[0], var, at)})"
         return f"vbcast{L}({self.expr(e)})"  # a float32 constant
 
     def _address(self, name: str, idx: tuple[Expr, ...]) -> str:
@@ -267,5 +281,12 @@ def _vectorizable(e: Expr, var: str, store: Store, r: LoopRewrites) -> bool:
             and e.dtype == "float32"
             and _vectorizable(e.a, var, store, r)
             and _vectorizable(e.b, var, store, r)
+        )
+    if isinstance(e, Call):
+        return (
+            e.name in _VECTOR_CALLS
+            and e.dtype == "float32"
+            and len(e.args) == 1
+            and _vectorizable(e.args[0], var, store, r)
         )
     return False
