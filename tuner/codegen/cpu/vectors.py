@@ -139,19 +139,6 @@ def _ops(lanes: int) -> dict[str, Any]:
 
         return vt(array, index), codegen
 
-    def binary(op: str) -> Any:
-        @intrinsic  # type: ignore[misc]
-        def fn(typingctx: Any, a: Any, b: Any) -> Any:
-            if not (a == vt and b == vt):
-                return None
-
-            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                return getattr(builder, op)(args[0], args[1])
-
-            return vt(a, b), codegen
-
-        return fn
-
     def lanewise1(emit: Any) -> Any:
         """An intrinsic of one vector whose code ``emit(builder, x)`` writes."""
 
@@ -188,10 +175,10 @@ def _ops(lanes: int) -> dict[str, Any]:
         f"vstore{lanes}": vstore,
         f"vbcast{lanes}": vbcast,
         f"vbload{lanes}": vbload,
-        f"vadd{lanes}": binary("fadd"),
-        f"vsub{lanes}": binary("fsub"),
-        f"vmul{lanes}": binary("fmul"),
-        f"vdiv{lanes}": binary("fdiv"),
+        f"vadd{lanes}": lanewise2(lambda b, x, y: b.fadd(x, y)),
+        f"vsub{lanes}": lanewise2(lambda b, x, y: b.fsub(x, y)),
+        f"vmul{lanes}": lanewise2(lambda b, x, y: b.fmul(x, y)),
+        f"vdiv{lanes}": lanewise2(lambda b, x, y: b.fdiv(x, y)),
         f"vmax{lanes}": lanewise2(lambda b, x, y: _pick(b, "<", x, y)),
         f"vmin{lanes}": lanewise2(lambda b, x, y: _pick(b, ">", x, y)),
         **{f"{name}{lanes}": fn for name, fn in unary.items()},
