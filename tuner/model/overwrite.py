@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..graph.ir import Value
 from ..lower.access import updates_in_place
 from ..target import Target
@@ -67,7 +65,6 @@ def overwritten_inputs(
             v = values[name]
             if (
                 name in taken
-                or name in found.values()
                 or writer.get(name, k) >= k
                 or last_read.get(name) != k
                 or spec.inputs.count(name) != 1
@@ -83,7 +80,7 @@ def overwritten_inputs(
 
 
 def _planned(v: Value) -> bool:
-    return v.data is None and v.static and np.dtype(v.dtype).itemsize > 0
+    return v.data is None and v.static
 
 
 def _nest(kernel: Any) -> Any:

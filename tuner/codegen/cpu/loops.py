@@ -55,14 +55,11 @@ class LoopRewrites(NumbaSourceRenderer):
         element stored: each lane then depends on nothing the others write, as the
         scalar loop. Anything else is left to the SLP vectorizer.
         """
-        if not self.lanes or s.kind != "vectorize" or not isinstance(s.extent, Const):
+        if not self._in_vectors(s):
             return False
-        body, n, L = s.body, int(s.extent.value), self.lanes
-        if n < L or not isinstance(body, Store) or self.buffers[body.buffer].dtype != "float32":
-            return False
-        store = simplify(self._offset(body.buffer, body.indices))
-        if _stride(store, s.var) != 1 or not _vectorizable(body.value, s.var, body, self):
-            return False
+        body, L = s.body, self.lanes
+        assert isinstance(body, Store) and isinstance(s.extent, Const)
+        n = int(s.extent.value)
         for c in range(n // L):
             at: dict[str, Expr] = {s.var: Const(c * L, "int64")}
             value = self._vector_expr(body.value, s.var, at)
@@ -74,6 +71,18 @@ class LoopRewrites(NumbaSourceRenderer):
             self.visit(For(s.var, Const(rest), s.kind, substitute_stmt(body, shifted, simplify)))
         return True
 
+    def _in_vectors(self, s: Stmt) -> bool:
+        """Whether :meth:`_vectors` writes SIMD loop ``s`` in vectors (its docstring says when)."""
+        if not self.lanes or not isinstance(s, For) or s.kind != "vectorize":
+            return False
+        body = s.body
+        if not isinstance(s.extent, Const) or int(s.extent.value) < self.lanes:
+            return False
+        if not isinstance(body, Store) or self.buffers[body.buffer].dtype != "float32":
+            return False
+        store = simplify(self._offset(body.buffer, body.indices))
+        return _stride(store, s.var) == 1 and _vectorizable(body.value, s.var, body, self)
+
     def _whole_vectors(self, s: Stmt) -> bool:
         """Whether every store of ``s`` is a SIMD loop :meth:`_vectors` writes in whole
         vectors, inside loops of constant trips only (a register tile's rows and the
@@ -83,23 +92,14 @@ class LoopRewrites(NumbaSourceRenderer):
         tile's vectors are at constant offsets of its stack buffer, which LLVM keeps in
         registers, as from the unrolled source; what no longer runs is Numba typing and
         lowering each copy (matmul 512, a 5 x 64 tile with the reduction unrolled 8 times:
-        build 2.36 -> 0.96 s, the kernel as fast; Xeon with AVX-512)."""
+        build 2.20 -> 0.66 s, the kernel as fast; Xeon with AVX-512)."""
         if isinstance(s, Seq):
             return all(self._whole_vectors(c) for c in s.body)
         if not isinstance(s, For) or not isinstance(s.extent, Const):
             return False
         if s.kind in ("serial", "unroll"):
             return self._whole_vectors(s.body)
-        body, n, L = s.body, int(s.extent.value), self.lanes
-        return (
-            s.kind == "vectorize"
-            and L > 0
-            and n % L == 0
-            and isinstance(body, Store)
-            and self.buffers[body.buffer].dtype == "float32"
-            and _stride(simplify(self._offset(body.buffer, body.indices)), s.var) == 1
-            and _vectorizable(body.value, s.var, body, self)
-        )
+        return self._in_vectors(s) and int(s.extent.value) % self.lanes == 0
 
     def _vector_expr(self, e: Expr, var: str, at: dict[str, Expr]) -> str:
         """``e`` as a vector whose first lane is ``var`` at ``at`` (``_vectorizable`` said it can be)."""
