@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tuner.target import Target
 
 from ._gemm import accumulator_budget
-from ._target import evenness, parallel_pays, resolve
+from ._target import evenness, fits_sets, parallel_pays, resolve
 
 if TYPE_CHECKING:
     from ._conv_params import Conv2d
@@ -389,13 +391,27 @@ def _prefetches(
     return rows * -(-p.OW // owr) <= _PREFETCH_REPEATS
 
 
+def _pixel_offsets(p: Conv2d, owr: int, ohr: int) -> list[int]:
+    """Byte offsets of the input values a channels-last tile of OWR x OHR pixels reads at one
+    reduction step (one input channel, one window tap), from its first pixel's.
+
+    A padded convolution reads rows padded to ``W + 2 * pad`` (``_pad_at``), else the
+    input itself."""
+    size = np.dtype(p.x_dtype).itemsize
+    column = size * p.C * p.stride
+    row = size * p.C * (p.W + 2 * p.pad) * p.stride
+    return [oh * row + ow * column for oh in range(ohr) for ow in range(owr)]
+
+
 def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     """NHWC's default: the register tile of least estimated cost, output channels its vectors.
 
     Candidates are one to four vectors of channels (or the exact half-vector tiles of
     ``exact_channel_tiles``) by any column tile (the width's divisors among them) by one to
     four rows, within the accumulator registers and with ``_spare`` registers free beside
-    the live vectors (``_live_vectors``); the cost (``_tile_cost``) weighs the work edge
+    the live vectors (``_live_vectors``), and with fewer of its pixels in any one set of the
+    L1 cache than the set has ways (``_target.set_pressure``: 1024 channels put every pixel
+    in one set); the cost (``_tile_cost``) weighs the work edge
     tiles waste against how well the tile keeps the FMA units busy (``_efficiency``), and,
     where the threads share out row blocks (``outer=rows``), how evenly they do. An odd
     count of row blocks turns the split channel-major (``_shared_out``), each thread then
@@ -440,6 +456,7 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         and vectors(kr, L) * owr * ohr <= budget
         and _live_vectors(kr, owr, ohr, L)
         <= target.vector_registers - _spare(target.vector_registers)
+        and fits_sets(_pixel_offsets(p, owr, ohr), target)
     ]
     weight_bytes = 4 * p.K * p.Cg * p.R * p.S
     image_bytes = 4 * p.N * p.H * p.W * p.C

@@ -56,8 +56,8 @@ class Target:
 
     ``capabilities`` are sorted ``(name, value)`` pairs; on a CPU they are
     ``vector_bits`` and ``vector_lanes`` (float32 lanes of one vector register),
-    ``vector_registers``, ``l1d_bytes`` and ``l2_bytes`` (the caches one core
-    sees), ``l3_bytes``, ``cores``, ``model``, ``arch`` and ``threads`` (the
+    ``vector_registers``, ``l1d_bytes``, ``l1d_ways`` and ``l2_bytes`` (the caches one
+    core sees), ``l3_bytes``, ``cores``, ``model``, ``arch`` and ``threads`` (the
     thread count kernels run with; not part of the fingerprint). On a CUDA
     GPU (see ``tuner.codegen.cuda.device``) they are ``max_threads_per_block`` (what marks a
     target as running GPU threads), ``max_block_dim_{x,y,z}``,
@@ -170,6 +170,18 @@ class Target:
         return int(self.get("l2_bytes", 0)) or _FALLBACK_L2
 
     @property
+    def l1d_ways(self) -> int:
+        """Lines one set of the L1 data cache holds (its associativity): 8 on AMD Zen 2 and
+        Zen 4, 12 on Zen 5 and Intel's recent cores; 8 where the target does not say."""
+        return int(self.get("l1d_ways", 0)) or _FALLBACK_L1D_WAYS
+
+    @property
+    def l1d_sets(self) -> int:
+        """Sets of 64-byte lines in the L1 data cache: addresses ``64 * l1d_sets`` bytes
+        apart share one (4 kB on every x86 core so far)."""
+        return max(1, self.l1d_bytes // (CACHE_LINE * self.l1d_ways))
+
+    @property
     def cores(self) -> int:
         return max(1, int(self.get("cores", 1)))
 
@@ -257,6 +269,9 @@ _FALLBACK_SIMD = (32 * _FALLBACK_LANES, _FALLBACK_REGISTERS)
 #: Cache sizes where neither sysfs nor sysconf tells: small ones of current x86 and Arm cores.
 _FALLBACK_L1D = 32 * 1024
 _FALLBACK_L2 = 256 * 1024
+_FALLBACK_L1D_WAYS = 8
+#: Bytes of a cache line (every x86 core, and the Arm cores this project meets).
+CACHE_LINE = 64
 
 #: The capabilities the fingerprint covers (those it covered before vector_bits and
 #: vector_registers existed: they follow from the same flags, and logs keep their machine).
@@ -332,6 +347,21 @@ def _cache_size(level: int) -> int:
         return 0
 
 
+@functools.cache
+def _l1d_ways() -> int:
+    """Associativity of cpu0's L1 data cache as sysfs gives it (0 if unknown)."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")) if base.exists() else []:
+        try:
+            if int((index / "level").read_text()) == 1 and (
+                (index / "type").read_text().strip() != "Instruction"
+            ):
+                return int((index / "ways_of_associativity").read_text())
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
 @register_target("cpu")
 def cpu_target(num_threads: int | None = None) -> Target:
     """The host CPU: cores, SIMD width and registers, cache sizes; ``num_threads`` to run with.
@@ -352,6 +382,7 @@ def cpu_target(num_threads: int | None = None) -> Target:
         "vector_registers": registers,
         "int8_dot_bits": int8_dot_bits(flags, bits),
         "l1d_bytes": _cache_size(1) or _FALLBACK_L1D,
+        "l1d_ways": _l1d_ways() or _FALLBACK_L1D_WAYS,
         "l2_bytes": _cache_size(2) or _FALLBACK_L2,
         "l3_bytes": _cache_size(3),
     }
