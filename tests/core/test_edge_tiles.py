@@ -88,3 +88,16 @@ def test_max_reduction_edge_tiles() -> None:
     tuner.build(s, [A, M])(a, out)
     expected = (a[:, :, None] * np.arange(1, 6, dtype=np.float32)).max(axis=1)
     np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_an_edge_tile_copies_in_loops_of_the_columns_it_holds() -> None:
+    """The edge version runs where the full version's condition (13 - 8 * j_o >= 8) fails, so
+    its copies in and out run ``13 - 8 * j_o`` columns, not ``min(8, 13 - 8 * j_o)``:
+    the renderer would write a loop of 8 for the latter that never runs there."""
+    s, args, ref = _blocked(8, 13, 16)
+    text = str(tuner.lower(s, args))
+    tile = text[text.index("if (") :]  # (the zeroing before the tiles runs min(8, ...))
+    full, edge = tile[: tile.index("else:")], tile[tile.index("else:") :]
+    assert "range(8):" in full and "range(min(" not in full
+    assert "range(min(" not in edge and edge.count("range(((0 - (8 * j_o)) + 13)):") == 2, edge
+    _run(s, args, ref, 8, 13, 16)

@@ -13,13 +13,14 @@ Pure functions of expressions and the loops' ranges: they build no nest.
 
 from __future__ import annotations
 
-from ..te.expr import Binary, Const, Expr, Var, walk
+from ..te.expr import Binary, Compare, Const, Expr, Var, walk
 from .context import Env
 from .extent import Ext, as_expr, proves
 from .ir import If, Stmt
 from .simplify import Linear, bounds, linear, render_linear, simplify
+from .visitor import substitute_stmt
 
-__all__ = ["below", "clamp", "free_names", "guard", "least", "tighten"]
+__all__ = ["assume_below", "below", "clamp", "free_names", "guard", "least", "tighten"]
 
 
 def free_names(e: Expr) -> set[str]:
@@ -41,6 +42,31 @@ def guard(conds: list[Expr], body: Stmt) -> Stmt:
     for c in live[1:]:
         cond = cond & c
     return If(cond, body)
+
+
+def assume_below(s: Stmt, cond: Expr) -> Stmt:
+    """``s`` where ``cond``, ``x >= c``, is known false: each ``min(c', x)`` with ``c' >= c`` is
+    ``x`` (a full tile's extent, ``x`` the part of it the edge holds).
+
+    The edge version of a register tile (``nest._register_tile``) runs where its full
+    version's condition fails, yet its copies in and out bound their loops by
+    ``min(c, x)``; the renderer writes such a loop twice, at ``c`` trips and at ``x``
+    (``trip_versions``), and the first copy could never run there. A matmul 512
+    candidate whose 48-column tile leaves an edge carried six dead vector statements
+    and their tests through Numba's typing and lowering.
+    """
+    if not (isinstance(cond, Compare) and cond.op == "ge" and isinstance(cond.b, Const)):
+        return s
+    x, c = cond.a, cond.b.value
+
+    def drop(e: Expr) -> Expr | None:
+        if isinstance(e, Binary) and e.op == "min":
+            for k, other in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(k, Const) and other == x and k.value >= c:
+                    return x
+        return None
+
+    return substitute_stmt(s, drop)
 
 
 def tighten(e: Expr, bound: Ext, var: Var, env: Env) -> Expr | None:

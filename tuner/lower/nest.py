@@ -27,7 +27,7 @@ from ..te.expr import (
 from .attach import attached_at, attached_inside
 from .context import Cache, Env, Padding, identity
 from .extent import Ext, as_expr, proves, upper
-from .guards import below, clamp, free_names, guard, least, tighten
+from .guards import assume_below, below, clamp, free_names, guard, least, tighten
 from .intrin import intrinsic
 from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized, seq
 from .prefetch import prefetch_next
@@ -299,7 +299,7 @@ class _NestBuilder:
         cond = live[0]
         for c in live[1:]:
             cond = cond & c
-        return If(cond, full, edge)
+        return If(cond, full, assume_below(edge, cond) if len(live) == 1 else edge)
 
     def env_for(self, env: Env, drop: str) -> Env:
         e = env.child()
