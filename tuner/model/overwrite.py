@@ -72,8 +72,7 @@ def overwritten_inputs(
                 or (v.dtype, v.size) != (out.dtype, out.size)
             ):
                 continue
-            func = _nest(kernel)
-            if func is not None and updates_in_place(func, func.args[j].name, func.args[-1].name):
+            if _overwrites(kernel, j):
                 found[spec.output] = name
                 break
     return found
@@ -83,6 +82,12 @@ def _planned(v: Value) -> bool:
     return v.data is None and v.static
 
 
-def _nest(kernel: Any) -> Any:
-    """The loop nest a model's kernel was built from (None where it has none to show)."""
-    return getattr(getattr(kernel, "kernel", None), "lowered", None)
+def _overwrites(kernel: Any, j: int) -> bool:
+    """Whether a model's kernel may compute its output into its input ``j``'s buffer: the
+    compiled kernel's answer (``CpuKernel.overwrites``, kept with a cached kernel), else the
+    proof on the loop nest it was built from; False where it has neither."""
+    compiled: Any = getattr(kernel, "kernel", None)
+    if hasattr(compiled, "overwrites"):
+        return bool(compiled.overwrites(j))
+    func = getattr(compiled, "lowered", None)
+    return func is not None and updates_in_place(func, func.args[j].name, func.args[-1].name)
