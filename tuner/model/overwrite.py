@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..graph.ir import Value
-from ..lower.access import updates_in_place
 from ..target import Target
 from .spec import KernelSpec
 
@@ -84,10 +83,7 @@ def _planned(v: Value) -> bool:
 
 def _overwrites(kernel: Any, j: int) -> bool:
     """Whether a model's kernel may compute its output into its input ``j``'s buffer: the
-    compiled kernel's answer (``CpuKernel.overwrites``, kept with a cached kernel), else the
-    proof on the loop nest it was built from; False where it has neither."""
+    compiled CPU kernel's answer (``CpuKernel.overwrites``, kept with a cached kernel);
+    False for a kernel that has none to give."""
     compiled: Any = getattr(kernel, "kernel", None)
-    if hasattr(compiled, "overwrites"):
-        return bool(compiled.overwrites(j))
-    func = getattr(compiled, "lowered", None)
-    return func is not None and updates_in_place(func, func.args[j].name, func.args[-1].name)
+    return hasattr(compiled, "overwrites") and bool(compiled.overwrites(j))
