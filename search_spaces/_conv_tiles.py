@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.target import Target
+from tuner.target import CACHE_LINE, Target
 
 from ._gemm import accumulator_budget
-from ._target import evenness, fits_sets, parallel_pays, resolve
+from ._target import evenness, parallel_pays, resolve, set_overflow
 
 if TYPE_CHECKING:
     from ._conv_params import Conv2d
@@ -174,10 +174,14 @@ def _shared_out(p: Conv2d, outer: str, kr: int, ohr: int, threads: int) -> str:
     Each thread runs one contiguous run of the parallel loop's iterations: MNASNet's
     1 x 1 convolution of 1152 -> 320 channels at 7 x 7 has 5 channel blocks of 64, so one
     thread did 3 and the other 2 (0.110 ms against onnxruntime's 0.080, Zen 5); 35 pairs
-    share out evenly."""
+    share out evenly. An output of one row (ConvNeXt's linear layers, 3136 pixels in a row)
+    has one row block: one thread worked (1.69 ms against 0.92 in pairs, AVX-512 Xeon)."""
     rows, channels = _blocks(p, kr, ohr)
     blocks = rows if outer == "rows" else channels
-    if threads > 1 and evenness(blocks, 1, threads) < 0.9 < evenness(rows * channels, 1, threads):
+    if threads < 2:
+        return outer
+    share = evenness(blocks, 1, threads)
+    if share < 0.9 and share < evenness(rows * channels, 1, threads):
         return "both"
     return outer
 
@@ -212,6 +216,27 @@ def _efficiency(accumulators: int, depthwise: bool, registers: int, width: int =
         below = min(accumulators, half)
         return max(0.875 - 0.75 * (half - below) / half, 0.875 * below / half)
     return min(1.0, 0.875 + 0.125 * (accumulators - half) / (full - half))
+
+
+#: Multiply-adds' time one line of weights read from L2 costs a register tile: an AVX-512
+#: Xeon (2 threads), the kernel alone, ResNet-50's 1 x 1 of 1024 -> 512 channels at 14 x 14,
+#: four vectors by 7 x 1 pixels (one line a step for each 7 pixels) 0.83 ms against two by
+#: 7 x 2 (one for each 14) 0.77; four by 2 x 2 (one for each 2) 0.98.
+_L2_LINE_FMAS = 1.2
+
+
+def _weight_stream(p: Conv2d, kr: int, owr: int, ohr: int, lanes: int, target: Target) -> float:
+    """How many times its time a register tile takes where its panel of weights (every tap
+    and input channel of its ``kr`` output channels) is too large to stay in L1 beside the
+    image: each reduction step then reads its ``kr`` weights from L2, once for all of the
+    tile's pixels; the fewer the pixels, the more lines a multiply-add waits for. A chunked
+    reduction keeps its chunk's slice of the panel in L1 (``_chunk``); an output of one
+    tile reads each weight once, wherever it lies."""
+    tiles = p.N * -(-p.OH // ohr) * -(-p.OW // owr)
+    if tiles == 1 or 4 * p.Cg * p.R * p.S * kr <= target.l1d_bytes // 2:
+        return 1.0
+    lines = 4 * kr / CACHE_LINE
+    return 1.0 + _L2_LINE_FMAS * lines / (vectors(kr, lanes) * owr * ohr)
 
 
 def _tile_cost(
@@ -409,10 +434,10 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     Candidates are one to four vectors of channels (or the exact half-vector tiles of
     ``exact_channel_tiles``) by any column tile (the width's divisors among them) by one to
     four rows, within the accumulator registers and with ``_spare`` registers free beside
-    the live vectors (``_live_vectors``), and with fewer of its pixels in any one set of the
-    L1 cache than the set has ways (``_target.set_pressure``: 1024 channels put every pixel
-    in one set); the cost (``_tile_cost``) weighs the work edge
-    tiles waste against how well the tile keeps the FMA units busy (``_efficiency``), and,
+    the live vectors (``_live_vectors``); the cost (``_tile_cost``) weighs the work edge
+    tiles waste against how well the tile keeps the FMA units busy (``_efficiency``), times
+    how many times over its pixels fill one set of the L1 cache (``_target.set_overflow``:
+    1024 channels put every pixel in one set), and,
     where the threads share out row blocks (``outer=rows``), how evenly they do. An odd
     count of row blocks turns the split channel-major (``_shared_out``), each thread then
     reading the whole input image, half of it written by the other core's previous kernel:
@@ -456,7 +481,6 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
         and vectors(kr, L) * owr * ohr <= budget
         and _live_vectors(kr, owr, ohr, L)
         <= target.vector_registers - _spare(target.vector_registers)
-        and fits_sets(_pixel_offsets(p, owr, ohr), target)
     ]
     weight_bytes = 4 * p.K * p.Cg * p.R * p.S
     image_bytes = 4 * p.N * p.H * p.W * p.C
@@ -472,7 +496,14 @@ def channels_last_default(p: Conv2d, target: Target) -> dict[str, Any]:
     kr, owr, ohr = min(
         candidates,
         key=lambda t: (
-            _tile_cost(p, t[0], t[1], t[2], L, depthwise, target.vector_registers) / shared(t),
+            _tile_cost(p, t[0], t[1], t[2], L, depthwise, target.vector_registers)
+            * set_overflow(_pixel_offsets(p, t[1], t[2]), target)
+            * (
+                1.0
+                if outer == "channels" and _chunk(p, t[0], target)
+                else _weight_stream(p, t[0], t[1], t[2], L, target)
+            )
+            / shared(t),
             -t[0],
         ),
     )

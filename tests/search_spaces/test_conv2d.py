@@ -393,8 +393,8 @@ def test_a_channels_last_default_fills_half_the_registers_on_an_output_no_tile_d
 
 def test_the_l1_set_pressure_counts_the_lines_one_set_holds() -> None:
     """Lines 4 kB apart share a set of a 32 kB, 8-way L1 (64 sets); 2 kB apart, two sets;
-    one line apart, each its own."""
-    from search_spaces._target import fits_sets, set_pressure
+    one line apart, each its own. Lines past the ways cost as many times as they overflow."""
+    from search_spaces._target import set_overflow, set_pressure
 
     l1 = Target.make("cpu", l1d_bytes=32768, l1d_ways=8)
     assert l1.l1d_sets == 64
@@ -402,24 +402,27 @@ def test_the_l1_set_pressure_counts_the_lines_one_set_holds() -> None:
     assert set_pressure([i * 2048 for i in range(14)], l1) == 7
     assert set_pressure([i * 64 for i in range(14)], l1) == 1
     assert set_pressure([0, 16, 32], l1) == 1  # one line
-    assert fits_sets([i * 4096 for i in range(8)], l1)
-    assert not fits_sets([i * 4096 for i in range(9)], l1)
+    assert set_overflow([i * 4096 for i in range(8)], l1) == 1.0
+    assert set_overflow([i * 4096 for i in range(14)], l1) == 14 / 8
+    assert set_overflow([i * 2048 for i in range(14)], l1) == 1.0
     assert Target.make("cpu").l1d_ways == 8  # a target that does not say
     assert Target.from_name("cpu").l1d_ways >= 1
 
 
-def test_a_channels_last_tile_keeps_its_pixels_within_the_l1_ways() -> None:
+def test_a_channels_last_tile_overflows_an_l1_set_only_where_it_pays() -> None:
     """1024 input channels put a channels-last image's pixels 4 kB apart, every one in the
     same L1 set: ResNet-50's 1 x 1 of 1024 -> 256 at 14 x 14 in two vectors of channels by
-    7 x 2 pixels (14 in one set of 8 ways) ran 1.8 times slower than by 7 x 1 on AMD Zen 4.
-    The default's pixels fit the ways, on 8 and 12 ways, dense, strided and depthwise; with
-    ways enough for anything the same shape takes the 14-pixel tile (the check bites)."""
+    7 x 2 pixels (14 in one set of 8 ways) ran 1.8 times slower than by 7 x 1 on AMD Zen 4,
+    and 1.1 times faster on an AVX-512 Xeon (12 ways). On 8 ways the default's pixels fit
+    the ways, dense, strided and depthwise; on 12 the two-vector tile takes its 14 pixels
+    (overflowing by 14/12 costs less than half its accumulators), and with ways enough for
+    anything it does too."""
     from search_spaces._conv_tiles import _pixel_offsets
     from search_spaces._target import set_pressure
 
     op = get_operator("conv2d")
     caps = {"vector_bits": 512, "vector_lanes": 16, "vector_registers": 32, "threads": 2}
-    targets = [Target.make("cpu", l1d_bytes=b, l1d_ways=w, **caps) for b, w in ((32768, 8), (49152, 12))]  # fmt: skip
+    eight, twelve = (Target.make("cpu", l1d_bytes=b, l1d_ways=w, **caps) for b, w in ((32768, 8), (49152, 12)))  # fmt: skip
     shapes = (
         "C=1024,H=14,W=14,K=256,R=1,S=1,block=32,weights=blocked",
         "C=1024,H=14,W=14,K=512,R=1,S=1",
@@ -428,15 +431,65 @@ def test_a_channels_last_tile_keeps_its_pixels_within_the_l1_ways() -> None:
         "C=1024,H=14,W=14,K=1024,R=3,S=3,pad=1,groups=1024",
         "C=256,H=56,W=56,K=512,R=1,S=1,stride=2",
     )
-    for raw, target in itertools.product(shapes, targets):
+
+    def default(raw: str, target: Target) -> tuple[dict, int]:
         pairs = dict(kv.split("=") for kv in raw.split(","))
         args = op.parse_args({**pairs, "N": "1", "layout": "NHWC"})
         cfg = op.default_config(args, target)
-        offsets = _pixel_offsets(Conv2d.from_args(args), cfg["owr"], cfg["ohr"])
-        assert set_pressure(offsets, target) <= target.l1d_ways, (raw, cfg)
-    roomy = Target.make("cpu", l1d_bytes=1 << 20, l1d_ways=256, **caps)
-    pairs = dict(kv.split("=") for kv in shapes[0].split(","))
-    cfg = op.default_config(op.parse_args({**pairs, "N": "1", "layout": "NHWC"}), roomy)
-    assert cfg["owr"] * cfg["ohr"] == 14, cfg
-    cfg = op.default_config(op.parse_args({**pairs, "N": "1", "layout": "NHWC"}), targets[0])
+        return cfg, set_pressure(
+            _pixel_offsets(Conv2d.from_args(args), cfg["owr"], cfg["ohr"]), target
+        )
+
+    for raw in shapes:
+        cfg, pressure = default(raw, eight)
+        assert pressure <= eight.l1d_ways, (raw, cfg)
+    cfg, pressure = default(shapes[0], eight)
     assert cfg["owr"] * cfg["ohr"] == 7, cfg
+    cfg, pressure = default(shapes[0], twelve)
+    assert (cfg["owr"] * cfg["ohr"], pressure) == (14, 14), cfg
+    roomy = Target.make("cpu", l1d_bytes=1 << 20, l1d_ways=256, **caps)
+    cfg, _ = default(shapes[0], roomy)
+    assert cfg["owr"] * cfg["ohr"] == 14, cfg
+
+
+def test_a_tile_that_streams_its_weights_from_l2_takes_more_pixels() -> None:
+    """A panel of weights too large for L1 is read from L2 once per tile step for all of the
+    tile's pixels: ResNet-50's 1 x 1 of 1024 -> 512 at 14 x 14 ran four vectors by 2 x 2
+    pixels 1.27 times slower than two by 7 x 2 (AVX-512 Xeon). A panel that fits, or an
+    output of one tile, costs nothing more."""
+    from search_spaces._conv_tiles import _weight_stream
+
+    caps = {"vector_bits": 512, "vector_lanes": 16, "vector_registers": 32, "threads": 2}
+    xeon = Target.make("cpu", l1d_bytes=49152, l1d_ways=12, **caps)
+    big = Conv2d.from_args(get_operator("conv2d").parse_args(
+        {"N": 1, "C": 1024, "H": 14, "W": 14, "K": 512, "R": 1, "S": 1, "layout": "NHWC"}
+    ))  # fmt: skip
+    assert _weight_stream(big, 64, 2, 2, 16, xeon) > _weight_stream(big, 32, 7, 2, 16, xeon) > 1
+    small = Conv2d.from_args(get_operator("conv2d").parse_args(
+        {"N": 1, "C": 32, "H": 14, "W": 14, "K": 512, "R": 1, "S": 1, "layout": "NHWC"}
+    ))  # fmt: skip
+    assert _weight_stream(small, 64, 2, 2, 16, xeon) == 1.0
+    pooled = Conv2d.from_args(get_operator("conv2d").parse_args(
+        {"N": 1, "C": 1024, "H": 1, "W": 1, "K": 512, "R": 1, "S": 1, "layout": "NHWC"}
+    ))  # fmt: skip
+    assert _weight_stream(pooled, 64, 1, 1, 16, xeon) == 1.0
+    cfg = get_operator("conv2d").default_config(
+        get_operator("conv2d").parse_args(
+            {"N": 1, "C": 1024, "H": 14, "W": 14, "K": 512, "R": 1, "S": 1, "layout": "NHWC"}
+        ),
+        xeon,
+    )
+    assert cfg["owr"] * cfg["ohr"] >= 7, cfg
+
+
+def test_an_output_of_one_row_shares_its_channel_blocks_out() -> None:
+    """A 1 x 1 convolution over one row of pixels (ConvNeXt's linear layers) has one row block:
+    split by rows, it ran on one thread (1.8 times slower than in pairs on the Xeon)."""
+    op = get_operator("conv2d")
+    caps = {"vector_bits": 512, "vector_lanes": 16, "vector_registers": 32, "threads": 2}
+    xeon = Target.make("cpu", l1d_bytes=49152, l1d_ways=12, **caps)
+    for k in (80, 96, 160):
+        args = {"N": 1, "C": 384, "H": 1, "W": 3136, "K": k, "R": 1, "S": 1, "layout": "NHWC"}
+        for blocked in ({}, {"block": 32, "weights": "blocked"}):
+            cfg = op.default_config(op.parse_args({**args, **blocked}), xeon)
+            assert cfg["parallel"] and cfg["outer"] != "rows", (k, blocked, cfg)
