@@ -73,6 +73,8 @@ def test_a_chunk_needs_the_channel_blocks_outermost_and_channels_last() -> None:
         ("C=2048,H=7,W=7,K=512,R=1,S=1,pad=0", 64),  # a 1 x 1 chunk needs 64 steps
         ("C=1024,H=14,W=14,K=512,R=1,S=1,pad=0", 0),  # sums and input overflow L1
         ("C=64,H=56,W=56,K=64,R=3,S=3,pad=1", 0),  # weights fit L2: rows outermost
+        # at stride 2 a 1 x 1 reads a quarter of the image: 7 x 7 of the 14 x 14 pixels
+        ("C=1024,H=14,W=14,K=2048,R=1,S=1,pad=0,stride=2", 64),
     ],
 )
 def test_a_default_chunks_a_streamed_weight_reduction_where_its_block_fits_l1(
@@ -86,6 +88,15 @@ def test_a_default_chunks_a_streamed_weight_reduction_where_its_block_fits_l1(
     assert cfg["chunk"] == chunk, cfg
     assert cfg["outer"] == "channels" or not chunk
     op.space(args, target).validate(cfg)
+
+
+def test_the_input_a_window_reads_counts_the_rows_and_columns_it_touches() -> None:
+    from search_spaces._conv_tiles import _touched
+
+    assert _touched(7, 1, 2, 1, 14) == 7  # 1 x 1 at stride 2: every other row
+    assert _touched(7, 3, 2, 1, 16) == 15  # 3 x 3 at stride 2: overlapping windows
+    assert _touched(14, 3, 1, 1, 16) == 16  # stride 1: every padded row
+    assert _touched(4, 3, 1, 2, 8) == 8  # dilated: capped at the padded size
 
 
 def test_a_chunked_default_prefetches_the_next_chunks_weights_unless_it_packs_them() -> None:
