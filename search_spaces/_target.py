@@ -70,10 +70,11 @@ def set_overflow(offsets: Iterable[int], target: Target) -> float:
     every set in turn (the same Zen 4, ResNet-50's 1 x 1 convolutions at stride 2, 2 kB
     apart, 8 pixels of a 7 x 2 tile in one set, 6 in another: 7 x 2 ran 1.01 ms where 14 x
     1, 7 and 7, ran 1.06). Past the ways a tile's time grows about as its lines outnumber
-    them: the kernel alone, 1024 channels against 1040 (the same work, its pixels in one set
-    against spread out), 14 lines in 8 ways 1.65 times slower (Zen 4, two vectors by 7 x 2
-    pixels); in 12 ways (an AVX-512 Xeon) 14 lines 1.02 to 1.13 times, 21 1.5, 28 1.4 (one
-    vector by 14 x 1, 7 x 2, 7 x 3 and 14 x 2). So a set short of two ways of twelve costs
+    them. In 8 ways (Zen 4, 1024 channels, the kernel alone) two vectors by 7 x 2 pixels,
+    14 lines in one set, ran 1.65 times slower than by 7 x 1. In 12 ways (an AVX-512 Xeon),
+    1024 channels against 1040 (the same work, its pixels in one set against spread out),
+    14 lines cost 1.02 to 1.13 times, 21 1.5, 28 1.4 (one vector by 14 x 1, 7 x 2, 7 x 3
+    and 14 x 2). So a set short of two ways of twelve costs
     less than half a tile's accumulators (two vectors by 14 x 1 pixels ran 1.1 times faster
     than by 7 x 1 there, conflicts and all), short of six ways of eight far more."""
     return max(1.0, set_pressure(offsets, target) / target.l1d_ways)
