@@ -27,12 +27,13 @@ import math
 import os
 import statistics
 from collections.abc import Iterable
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .format import Record, RecordError
 from .log import LogSource, load
+
+if TYPE_CHECKING:  # pandas loads when a frame is made: compiling a model never needs it
+    import pandas as pd
 
 __all__ = ["BASE_COLUMNS", "to_dataframe"]
 
@@ -118,6 +119,8 @@ def to_dataframe(source: LogSource | Iterable[Record]) -> pd.DataFrame:
     An empty log gives an empty frame that still has every base column.
     """
     rows = [_row(record) for record in _records(source)]
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     extra = sorted(c for c in df.columns if c.startswith(("arg.", "knob.")))
     df = df.reindex(columns=[*BASE_COLUMNS[:-1], *extra])
