@@ -12,11 +12,22 @@ different kernel names so that both stay loaded; both are checked against
 the operator's NumPy reference, then timed against each other in
 interleaved rounds (``tuner.measure.interleave``), medians. ``--a`` ``--b``
 the same (``--null``) shows the run-to-run spread of the machine.
+
+Besides LLVM's own options, a side may say ``function-passes=N``: the level of
+the passes Numba runs on each function before the module's pipeline
+(Numba's own is ``config.OPT``, 3; ``function-passes=numba`` says so).
+``--log LOG --configs N`` adds the first N configs a tuning log measured (the
+candidates a tune builds, not only defaults). The side built first alternates
+from one kernel to the next, so that neither pays every first-build warm-up.
+
+    python experiments/llvm_options_ab.py --a "function-passes=numba" --b "function-passes=0" \
+        --log tune.jsonl --configs 8
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -128,7 +139,11 @@ WORKLOADS: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
 ]
 
 #: LLVM's defaults of the options this compares (set back between the two builds).
-DEFAULTS = {"-dag-maps-huge-region": "1000", "-enable-misched": "true"}
+DEFAULTS = {
+    "-dag-maps-huge-region": "1000",
+    "-enable-misched": "true",
+    "-disable-lsr": "false",
+}
 
 
 def _set(options: list[str]) -> None:
@@ -143,6 +158,52 @@ def _defaults(options: list[str]) -> list[str]:
     return [f"{n}={DEFAULTS[n]}" for n in sorted(names) if n in DEFAULTS]
 
 
+#: A side's pseudo-option: the level of Numba's per-function passes.
+FP = "function-passes="
+
+
+def _function_passes(options: list[str]) -> int | None:
+    """The level a side's ``function-passes=`` asks for (None: Numba's own, ``config.OPT``)."""
+    for option in options:
+        if option.startswith(FP) and option[len(FP) :] != "numba":
+            return int(option[len(FP) :])
+    return None
+
+
+def _set_function_passes(level: int | None) -> None:
+    """Numba's per-function passes at ``level`` from now on (None: its own).
+
+    Numba builds the pass manager it runs on each function as it is lowered from its
+    code generator (``CPUCodegen._function_pass_manager``, at ``config.OPT``), and the
+    module's pass manager apart; an instance attribute overrides the first only.
+    """
+    from numba.core.registry import cpu_target
+
+    codegen = cpu_target.target_context.codegen()
+    vars(codegen).pop("_function_pass_manager", None)
+    if level is not None:
+        codegen._function_pass_manager = functools.partial(
+            type(codegen)._function_pass_manager, codegen, opt=level
+        )
+
+
+def _logged(log: Path, n: int) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """The first ``n`` distinct configs a tuning log measured without error, as workloads."""
+    import json
+
+    seen, out = set(), []
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        key = json.dumps(rec["config"], sort_keys=True)
+        if rec["result"].get("error_kind") != "ok" or key in seen:
+            continue
+        seen.add(key)
+        out.append((rec["workload"]["op"], rec["workload"]["args"], rec["config"]))
+        if len(out) == n:
+            break
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", default="", help="LLVM options of side a (default: LLVM's own)")
@@ -152,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--csv", type=Path)
+    ap.add_argument("--log", type=Path, help="a tuning log whose configs to add")
+    ap.add_argument("--configs", type=int, default=8, help="how many of --log's configs")
     opts = ap.parse_args(argv)
     side = {"a": opts.a.split(), "b": opts.a.split() if opts.null else opts.b.split()}
+    passes = {label: _function_passes(options) for label, options in side.items()}
+    side = {label: [o for o in options if not o.startswith(FP)] for label, options in side.items()}
     unknown = sorted({o.split("=")[0] for s in side.values() for o in s} - set(DEFAULTS))
     if unknown:
         print(f"llvm_options_ab: no default known for {', '.join(unknown)}", file=sys.stderr)
@@ -177,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     warm_args = warm.parse_args({"M": 8, "N": 8, "K": 8})
     build(*warm.schedule(warm.default_config(warm_args, target), warm_args, target), target)
     rows = []
-    for name, raw, given in WORKLOADS:
+    workloads = WORKLOADS + (_logged(opts.log, opts.configs) if opts.log else [])
+    for n, (name, raw, given) in enumerate(workloads):
         if only and name not in only:
             continue
         op = get_operator(name)
@@ -186,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         inputs = op.make_inputs(args, target=target)
         ref = op.reference(*inputs, **args)
         calls, build_s = {}, {}
-        for label, options in side.items():
+        for label in ("a", "b") if n % 2 == 0 else ("b", "a"):
+            options = side[label]
             _set(reset + options)
+            _set_function_passes(passes[label])
             sched, tensors = op.schedule(config, args, target)
             t0 = time.perf_counter()
             kernel = build(sched, tensors, target, name=f"kernel_{label}")
@@ -197,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max()))
             calls[label] = lambda k=kernel, i=inputs, o=out: k(*i, o)
         _set(reset)
+        _set_function_passes(None)
         med = medians(interleaved(calls, rounds=opts.rounds, min_sample=0.05))
         row = {
             "op": name,
