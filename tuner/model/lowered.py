@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,8 @@ class Lowered:
 
     def interned(self, table: dict[tuple[str, str, tuple[int, ...]], list[np.ndarray]]) -> Lowered:
         """The lowering with each constant's data taken from ``table`` where an equal array of
-        its name is there (and put there, as a writable C-contiguous copy, where not).
+        its name is there (and put there where not: as it is where it is an array of its own,
+        C-contiguous and writable, else as such a copy).
 
         A model served at many shapes lowers once per shape, each import bringing its own
         copy of the weights; sharing one table, its plans share one copy. Equal means the
@@ -109,7 +111,7 @@ class Lowered:
             same = table.setdefault((name, data.dtype.str, tuple(data.shape)), [])
             shared = next((a for a in same if np.array_equal(a, data)), None)
             if shared is None:
-                shared = np.array(data, order="C")  # owned and writable
+                shared = data if _owned(data) else np.array(data, order="C")
                 same.append(shared)
             values[name] = Value(v.name, v.dtype, v.shape, shared)
         return dataclasses.replace(self, values=values)
@@ -203,15 +205,51 @@ class Lowered:
             return None
 
 
+def _owned(data: np.ndarray) -> bool:
+    """Whether ``data`` is an array of its own, C-contiguous and writable (``read_consts``
+    makes such), which a table of constants may keep as it is."""
+    return data.base is None and data.flags.c_contiguous and data.flags.writeable
+
+
 def write_consts(file: Any, names: Sequence[str], consts: Mapping[str, np.ndarray]) -> None:
     """``consts`` in ``names``' order as an ``.npz`` (a path or a binary file)."""
     np.savez(file, **{f"c{k}": consts[n] for k, n in enumerate(names)})  # type: ignore[arg-type]
 
 
 def read_consts(file: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """What ``write_consts`` wrote, by name; arrays only (``allow_pickle=False``)."""
-    with np.load(file, allow_pickle=False) as z:
-        return {str(n): z[f"c{k}"] for k, n in enumerate(names)}
+    """What ``write_consts`` wrote, by name: arrays of their own, writable (no object dtype).
+
+    Each is read into its own array in slices (``_read_npy``): ``np.load`` of a member
+    hands over a read-only view of the member's bytes, which ``Lowered.interned`` then
+    copied, a second 100 MB for ResNet-50 (0.27 s of a 1.3 s cached compile, Zen 4)."""
+    with zipfile.ZipFile(file) as z:
+        out = {}
+        for k, n in enumerate(names):
+            with z.open(f"c{k}.npy") as member:
+                out[str(n)] = _read_npy(member)
+        return out
+
+
+#: Bytes ``_read_npy`` reads at a time (its transient buffer).
+_SLICE = 1 << 20
+
+
+def _read_npy(f: Any) -> np.ndarray:
+    """One ``.npy`` from the binary file ``f``, read into a new array a slice at a time."""
+    from numpy.lib import format as npy
+
+    version = npy.read_magic(f)
+    header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    shape, fortran, dtype = header(f)
+    if dtype.hasobject:
+        raise ValueError("a constant of object dtype")
+    data = np.empty(shape, dtype, order="F" if fortran else "C")
+    view = memoryview(data.reshape(-1, order="A").view(np.uint8).data)
+    for start in range(0, len(view), _SLICE):
+        part = view[start : start + _SLICE]
+        if f.readinto(part) != len(part):
+            raise ValueError("a constant shorter than its header says")
+    return data
 
 
 def _static_shapes(graph: Graph) -> Graph:

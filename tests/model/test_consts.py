@@ -1,0 +1,71 @@
+"""The constants of a cached lowering or an artifact: read back as arrays of their own."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from tuner.graph.ir import Value
+from tuner.model.lowered import Lowered, read_consts, write_consts
+
+
+def _written(consts: dict[str, np.ndarray]) -> io.BytesIO:
+    buf = io.BytesIO()
+    write_consts(buf, list(consts), consts)
+    buf.seek(0)
+    return buf
+
+
+def test_constants_read_back_equal_writable_and_their_own() -> None:
+    rng = np.random.default_rng(0)
+    consts = {
+        "w": rng.standard_normal((64, 3, 7, 7)).astype(np.float32),
+        "big": rng.standard_normal(700_001).astype(np.float32),  # more than one slice
+        "fortran": np.asfortranarray(np.arange(6, dtype=np.int8).reshape(2, 3)),
+        "scalar": np.array(3.5, np.float64),
+        "empty": np.zeros((0, 5), np.int32),
+    }
+    got = read_consts(_written(consts), list(consts))
+    for name, want in consts.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        np.testing.assert_array_equal(got[name], want)
+        assert got[name].flags.writeable and got[name].base is None, name
+
+
+def test_a_constant_of_object_dtype_is_refused() -> None:
+    buf = io.BytesIO()
+    np.savez(buf, c0=np.array([{"x": 1}], dtype=object))  # pickled: never loaded
+    buf.seek(0)
+    with pytest.raises(ValueError):
+        read_consts(buf, ["w"])
+
+
+def test_a_truncated_constant_is_refused() -> None:
+    import zipfile
+
+    whole = _written({"w": np.arange(1000, dtype=np.float32)}).getvalue()
+    with zipfile.ZipFile(io.BytesIO(whole)) as z:
+        member = z.read("c0.npy")
+    cut = io.BytesIO()
+    with zipfile.ZipFile(cut, "w") as z:
+        z.writestr("c0.npy", member[:-100])
+    cut.seek(0)
+    with pytest.raises(ValueError):
+        read_consts(cut, ["w"])
+
+
+def test_interning_keeps_an_array_of_its_own_and_copies_a_view() -> None:
+    own = np.arange(12, dtype=np.float32)
+    view = np.arange(24, dtype=np.float32)[::2]
+    values = {
+        "own": Value("own", "float32", (12,), own),
+        "view": Value("view", "float32", (12,), view),
+    }
+    lowered = Lowered("m", (), (), (), (), values)
+    interned = lowered.interned({})
+    assert interned.values["own"].data is own
+    assert interned.values["view"].data is not view
+    assert interned.values["view"].data.flags.c_contiguous
+    np.testing.assert_array_equal(interned.values["view"].data, view)
