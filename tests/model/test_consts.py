@@ -56,6 +56,16 @@ def test_a_truncated_constant_is_refused() -> None:
         read_consts(cut, ["w"])
 
 
+@pytest.mark.parametrize("cut", [0, 5, 0.5])
+def test_a_damaged_file_of_constants_is_a_value_error(cut: float) -> None:
+    """What ``Lowered.load`` and ``artifact.load`` catch: a damaged cache is compiled again, a
+    damaged artifact is one clear line."""
+    whole = _written({"w": np.arange(10_000, dtype=np.float32)}).getvalue()
+    data = b"not a zip file" if cut == 5 else whole[: int(len(whole) * cut)]
+    with pytest.raises(ValueError):
+        read_consts(io.BytesIO(data), ["w"])
+
+
 def test_interning_keeps_an_array_of_its_own_and_copies_a_view() -> None:
     own = np.arange(12, dtype=np.float32)
     view = np.arange(24, dtype=np.float32)[::2]
