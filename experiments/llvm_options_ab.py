@@ -15,7 +15,10 @@ the same (``--null``) shows the run-to-run spread of the machine.
 
 Besides LLVM's own options, a side may say ``function-passes=N``: the level of
 the passes Numba runs on each function before the module's pipeline
-(Numba's own is ``config.OPT``, 3; ``function-passes=numba`` says so).
+(Numba's own is ``config.OPT``, 3; ``function-passes=numba`` says so), and
+``front-end=numba`` or ``front-end=direct``: how the kernel's functions become
+LLVM IR (``BuildOptions.front_end``; the default is the backend's), and
+``loop-hints=a,b``: the ``llvm.loop`` hints the direct front end puts on each loop.
 ``--log LOG --configs N`` adds the first N configs a tuning log measured (the
 candidates a tune builds, not only defaults). The side built first alternates
 from one kernel to the next, so that neither pays every first-build warm-up.
@@ -158,8 +161,13 @@ def _defaults(options: list[str]) -> list[str]:
     return [f"{n}={DEFAULTS[n]}" for n in sorted(names) if n in DEFAULTS]
 
 
-#: A side's pseudo-option: the level of Numba's per-function passes.
+#: A side's pseudo-options: the level of Numba's per-function passes, and the front end that
+#: turns a kernel's functions into LLVM IR (``BuildOptions.front_end``: direct or numba).
 FP = "function-passes="
+FE = "front-end="
+#: ... and the loop hints the direct front end puts on every loop (``direct.LOOP_HINTS``):
+#: ``loop-hints=llvm.loop.unroll.runtime.disable,...``, or ``loop-hints=`` for none.
+LH = "loop-hints="
 
 
 def _function_passes(options: list[str]) -> int | None:
@@ -218,7 +226,21 @@ def main(argv: list[str] | None = None) -> int:
     opts = ap.parse_args(argv)
     side = {"a": opts.a.split(), "b": opts.a.split() if opts.null else opts.b.split()}
     passes = {label: _function_passes(options) for label, options in side.items()}
-    side = {label: [o for o in options if not o.startswith(FP)] for label, options in side.items()}
+    front = {
+        label: next((o[len(FE) :] for o in options if o.startswith(FE)), None)
+        for label, options in side.items()
+    }
+    hints = {
+        label: next(
+            (tuple(filter(None, o[len(LH) :].split(","))) for o in options if o.startswith(LH)),
+            None,
+        )
+        for label, options in side.items()
+    }
+    side = {
+        label: [o for o in options if not o.startswith((FP, FE, LH))]
+        for label, options in side.items()
+    }
     unknown = sorted({o.split("=")[0] for s in side.values() for o in s} - set(DEFAULTS))
     if unknown:
         print(f"llvm_options_ab: no default known for {', '.join(unknown)}", file=sys.stderr)
@@ -228,11 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from search_spaces import get_operator
+    from tuner.codegen.backend import BuildOptions
     from tuner.codegen.build import build
-    from tuner.codegen.cpu import backend
+    from tuner.codegen.cpu import backend, direct
     from tuner.measure.interleave import interleaved, medians
     from tuner.target import Target
 
+    default_hints = direct.LOOP_HINTS
     backend.LLVM_OPTIONS = ()  # type: ignore[misc]  # each side sets its own
     backend._LLVM_DEFAULTS = ()  # type: ignore[misc]
     target = Target.from_name("cpu", num_threads=opts.threads)
@@ -258,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
             _set_function_passes(passes[label])
             sched, tensors = op.schedule(config, args, target)
             t0 = time.perf_counter()
-            kernel = build(sched, tensors, target, name=f"kernel_{label}")
+            build_options = BuildOptions(front_end=front[label]) if front[label] else None
+            direct.LOOP_HINTS = default_hints if hints[label] is None else hints[label]
+            kernel = build(sched, tensors, target, name=f"kernel_{label}", options=build_options)
             build_s[label] = time.perf_counter() - t0
             out = np.zeros_like(ref)
             kernel(*inputs, out)
@@ -266,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             calls[label] = lambda k=kernel, i=inputs, o=out: k(*i, o)
         _set(reset)
         _set_function_passes(None)
+        direct.LOOP_HINTS = default_hints
         med = medians(interleaved(calls, rounds=opts.rounds, min_sample=0.05))
         row = {
             "op": name,

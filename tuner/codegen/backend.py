@@ -75,6 +75,10 @@ class BuildOptions:
     #: Write a register tile's SIMD loops in explicit vectors of the target's width
     #: (a CPU kernel compiled with the SLP vectorizer, ``tuner.codegen.cpu.vectors``).
     simd: bool = True
+    #: How a CPU kernel's functions become LLVM IR: "direct" (lowered from their syntax tree
+    #: with Numba's typing and operations, ``tuner.codegen.cpu.direct``, where the function
+    #: is in the generated language) or "numba" (Numba's own front end for every function).
+    front_end: str = "direct"
 
 
 class LaunchError(RuntimeError):

@@ -42,6 +42,7 @@ from ..backend import (
     static_signature,
 )
 from ..numba_source import write_module
+from . import direct
 from .shipping import cached_files, install_files
 from .source import render
 from .threaded import has_parallel
@@ -289,6 +290,7 @@ from tuner.codegen.cpu.runtime import (
     NoAliasCompiler, carray, dot_u8s8_i32x8, dot_u8s8_i32x16, erf32, exp32, flush_denormals,
     maxnum, minnum, prefetch, restore_fp, sigmoid32, sigmoid64, stack_empty, tanh32,
 )
+from tuner.codegen.cpu.direct import body as lowered_body
 from tuner.codegen.cpu.launch import chunk_address, launch
 from tuner.codegen.cpu.threads import parallel_for
 from tuner.codegen.cpu.vectors import ({vectors})
@@ -314,7 +316,7 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: T
         vectors=", ".join(vectors.names()),
     )
     lanes = target.lanes("float32") if options.simd else 0  # (used under SLP only: ``render``)
-    return header + render(
+    body = render(
         func,
         njit_flags=flags,
         parallel=options.parallel,
@@ -322,6 +324,11 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: T
         launch=_launch(options.launch),
         lanes=lanes if lanes in vectors.LANES else 0,
     )
+    if options.front_end == "direct":
+        body = direct.rewrite(body)
+    elif options.front_end != "numba":
+        raise ValueError(f"front_end must be 'direct' or 'numba', not {options.front_end!r}")
+    return header + body
 
 
 def _launch(launch: str) -> str:
@@ -403,7 +410,7 @@ def _runtime_fingerprint() -> str:
         text = (
             b"".join(
                 (here / name).read_bytes()
-                for name in ("runtime.py", "threads.py", "launch.py", "vectors.py")
+                for name in ("runtime.py", "threads.py", "launch.py", "vectors.py", "direct.py")
             )
             + " ".join(LLVM_OPTIONS).encode()
         )
