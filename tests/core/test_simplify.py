@@ -101,3 +101,25 @@ def test_coarse_comparisons_agree_with_the_original_everywhere(op, m, lane, offs
     for cv, tv, uv in itertools.product(range(lane), range(-12, 13), range(-3, 4)):
         env = {"c": cv, "t": tv, "u": uv}
         assert _evaluate(got, env) == _evaluate(e, env), (env, got)
+
+
+def test_a_remembered_simplification_depends_on_the_ranges_of_its_variables():
+    """Simplifications are remembered by expression and by the ranges of the variables it holds:
+    the same index under another range of ``ii`` simplifies again, one of an unrelated
+    variable does not change it."""
+    e = (io * 16 + ii) // 16
+    assert simplify(e, {"ii": (0, 15)}) == io
+    assert simplify(e, {"ii": (0, 31)}) != io
+    assert simplify(e, {}) != io
+    assert simplify(e, {"ii": (0, 15), "o": (0, 3)}) == io
+    assert simplify(e, {"ii": (0, 15), "o": (0, 7)}) == io
+
+
+def test_a_remembered_simplification_keeps_a_symbolic_extents_own_bounds():
+    """Two ``Var("n")`` are equal whatever their bounds, but a kernel's checks read the bounds
+    from the simplified expression: each simplification returns the variable it was given."""
+    for hi in (128, 256, None):
+        n = Var("n", lo=1, hi=hi)
+        got = simplify((n + 31) // 32 * 32 + ii * 0, {"ii": (0, 3)})
+        (var,) = {v for v in walk(got) if isinstance(v, Var)}
+        assert var.hi == hi
