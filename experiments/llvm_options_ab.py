@@ -15,7 +15,8 @@ the same (``--null``) shows the run-to-run spread of the machine.
 
 Besides LLVM's own options, a side may say ``function-passes=N``: the level of
 the passes Numba runs on each function before the module's pipeline
-(Numba's own is ``config.OPT``, 3; ``function-passes=numba`` says so), and
+(Numba's own is ``config.OPT``, 3; ``function-passes=numba`` says so;
+``function-passes=lean``: SROA, instruction combining and CFG simplification only), and
 ``front-end=numba`` or ``front-end=direct``: how the kernel's functions become
 LLVM IR (``BuildOptions.front_end``; the default is the backend's), and
 ``loop-hints=a,b``: the ``llvm.loop`` hints the direct front end puts on each loop.
@@ -170,15 +171,17 @@ FE = "front-end="
 LH = "loop-hints="
 
 
-def _function_passes(options: list[str]) -> int | None:
-    """The level a side's ``function-passes=`` asks for (None: Numba's own, ``config.OPT``)."""
+def _function_passes(options: list[str]) -> int | str | None:
+    """The level a side's ``function-passes=`` asks for (None: Numba's own, ``config.OPT``;
+    "lean": SROA, instruction combining and CFG simplification only)."""
     for option in options:
         if option.startswith(FP) and option[len(FP) :] != "numba":
-            return int(option[len(FP) :])
+            value = option[len(FP) :]
+            return value if value == "lean" else int(value)
     return None
 
 
-def _set_function_passes(level: int | None) -> None:
+def _set_function_passes(level: int | str | None) -> None:
     """Numba's per-function passes at ``level`` from now on (None: its own).
 
     Numba builds the pass manager it runs on each function as it is lowered from its
@@ -189,7 +192,20 @@ def _set_function_passes(level: int | None) -> None:
 
     codegen = cpu_target.target_context.codegen()
     vars(codegen).pop("_function_pass_manager", None)
-    if level is not None:
+    if level == "lean":
+
+        def lean(**kwargs: Any) -> Any:
+            import llvmlite.binding as llvm
+
+            pb = codegen._pass_builder(**kwargs)
+            pm = llvm.create_new_function_pass_manager()
+            pm.add_sroa_pass()
+            pm.add_instruction_combine_pass()
+            pm.add_simplify_cfg_pass()
+            return pm, pb
+
+        codegen._function_pass_manager = lean
+    elif level is not None:
         codegen._function_pass_manager = functools.partial(
             type(codegen)._function_pass_manager, codegen, opt=level
         )
