@@ -207,3 +207,21 @@ def test_the_saved_constants_and_records_load_as_data(saved):
         assert len(consts.files) == len(manifest["lowered"]["consts"])
         assert all(n.startswith("code/k_") for n in zf.namelist() if n.startswith("code/"))
     assert manifest["source"]["sha256"] and manifest["kernels"]
+
+
+def test_a_damaged_compressed_member_is_refused_in_one_line(tmp_path):
+    """A member whose deflate stream is damaged (zlib's own error, not a bad CRC) is refused as
+    damaged, not with a traceback."""
+    path = tmp_path / "damaged.tpk"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("manifest.json", b"{}" * 4096)
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("manifest.json")
+    at = info.header_offset
+    name_len = int.from_bytes(data[at + 26 : at + 28], "little")
+    extra_len = int.from_bytes(data[at + 28 : at + 30], "little")
+    data[at + 30 + name_len + extra_len] = 0xFF  # the first block's type: 3, which is reserved
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="modified or damaged"):
+        tuner.load(path)

@@ -39,6 +39,7 @@ import json
 import os
 import warnings
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,7 +189,8 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         names = zf.namelist()
         try:
             data = {name: zf.read(name) for name in names}
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as exc:
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError) as exc:
+            # (a damaged deflate stream is zlib's error; a damaged stored one, a bad CRC)
             raise ArtifactError(f"{path} was modified or damaged ({exc})") from None
     text = data.pop("manifest.json", None)
     if text is None or not comment.startswith(_COMMENT):
