@@ -183,7 +183,9 @@ def render_threaded(
             deco = f"@numba.njit(numba.void({types}), {njit_flags})"
             head = f"def {name}({params[-1]}):"
         else:
-            deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True)"
+            # A chunk the native launcher calls by address needs no Python wrapper of its own.
+            bare = ", no_cpython_wrapper=True, no_cfunc_wrapper=True" if native else ""
+            deco = f"@numba.njit(numba.void(numba.int64, numba.int64, {types}), {njit_flags}, nogil=True{bare})"
             head = f"def {name}(lo_, hi_, {params[-1]}):"
         out += [*([deco] if njit_flags else []), head, *fp_state(lines), ""]
         if loop is not None and native:
