@@ -166,7 +166,7 @@ def _defaults(options: list[str]) -> list[str]:
 #: turns a kernel's functions into LLVM IR (``BuildOptions.front_end``: direct or numba).
 FP = "function-passes="
 FE = "front-end="
-#: ... and the loop hints the direct front end puts on every loop (``direct.LOOP_HINTS``):
+#: ... and the loop hints the direct front end puts on every loop (``direct_lower.LOOP_HINTS``):
 #: ``loop-hints=llvm.loop.unroll.runtime.disable,...``, or ``loop-hints=`` for none.
 LH = "loop-hints="
 
@@ -268,11 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     from search_spaces import get_operator
     from tuner.codegen.backend import BuildOptions
     from tuner.codegen.build import build
-    from tuner.codegen.cpu import backend, direct
+    from tuner.codegen.cpu import backend, direct_lower
     from tuner.measure.interleave import interleaved, medians
     from tuner.target import Target
 
-    default_hints = direct.LOOP_HINTS
+    default_hints = direct_lower.LOOP_HINTS
     backend.LLVM_OPTIONS = ()  # type: ignore[misc]  # each side sets its own
     backend._LLVM_DEFAULTS = ()  # type: ignore[misc]
     target = Target.from_name("cpu", num_threads=opts.threads)
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             sched, tensors = op.schedule(config, args, target)
             t0 = time.perf_counter()
             build_options = BuildOptions(front_end=front[label]) if front[label] else None
-            direct.LOOP_HINTS = default_hints if hints[label] is None else hints[label]
+            direct_lower.LOOP_HINTS = default_hints if hints[label] is None else hints[label]
             kernel = build(sched, tensors, target, name=f"kernel_{label}", options=build_options)
             build_s[label] = time.perf_counter() - t0
             out = np.zeros_like(ref)
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             calls[label] = lambda k=kernel, i=inputs, o=out: k(*i, o)
         _set(reset)
         _set_function_passes(None)
-        direct.LOOP_HINTS = default_hints
+        direct_lower.LOOP_HINTS = default_hints
         med = medians(interleaved(calls, rounds=opts.rounds, min_sample=0.05))
         row = {
             "op": name,

@@ -410,7 +410,14 @@ def _runtime_fingerprint() -> str:
         text = (
             b"".join(
                 (here / name).read_bytes()
-                for name in ("runtime.py", "threads.py", "launch.py", "vectors.py", "direct.py")
+                for name in (
+                    "runtime.py",
+                    "threads.py",
+                    "launch.py",
+                    "vectors.py",
+                    "direct.py",
+                    "direct_lower.py",
+                )
             )
             + " ".join(LLVM_OPTIONS).encode()
         )

@@ -1,0 +1,552 @@
+"""The lowering behind ``tuner.codegen.cpu.direct``: one generated function's statements as LLVM
+IR, each operation typed by Numba's typing context and emitted by Numba's implementation of it.
+
+``Lowerer(typingctx)`` types a function without emitting anything (``direct.check``);
+``Lowerer(typingctx, context, builder)`` emits it into the builder of a Numba intrinsic
+(``direct.body``). The language, and why, is ``tuner.codegen.cpu.direct``'s docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import threading
+from typing import Any
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+
+__all__ = ["LOOP_HINTS", "NUMBERS", "Lowerer", "Unsupported", "typing_context"]
+
+
+class Unsupported(Exception):
+    """A construct outside the language this module lowers (Numba compiles the function)."""
+
+
+_BINOPS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_INPLACE: dict[type, Any] = {
+    ast.Add: operator.iadd,
+    ast.Sub: operator.isub,
+    ast.Mult: operator.imul,
+    ast.Div: operator.itruediv,
+}
+_CMPOPS: dict[type, Any] = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
+_UNARY: dict[type, Any] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
+#: NumPy's scalar types a kernel converts with (``np.float32(x)``).
+NUMBERS = {
+    name: getattr(types, name)
+    for name in (
+        "bool_", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+        "float32", "float64",
+    )
+}  # fmt: skip
+NUMBERS["bool_"] = types.boolean
+
+_NAMESPACE: dict[str, Any] | None = None
+
+
+def _namespace() -> dict[str, Any]:
+    """What a kernel's calls may name: the helpers its module imports and three builtins."""
+    global _NAMESPACE
+    if _NAMESPACE is None:
+        from . import runtime, vectors
+
+        ns: dict[str, Any] = {n: getattr(runtime, n) for n in runtime.__all__}
+        ns.update((n, getattr(vectors, n)) for n in vectors.names())
+        ns.update(min=min, max=max, abs=abs)
+        _NAMESPACE = ns
+    return _NAMESPACE
+
+
+#: (callee, argument types) -> (function type, signature): Numba's typing of one call, once.
+_RESOLVED: dict[tuple[Any, tuple[Any, ...]], tuple[Any, Any]] = {}
+_RESOLVING = threading.Lock()
+
+
+def _resolve(typingctx: Any, fn: Any, argtys: tuple[Any, ...]) -> tuple[Any, Any]:
+    key = (fn, argtys)
+    found = _RESOLVED.get(key)
+    if found is None:
+        with _RESOLVING:
+            try:
+                fnty = typingctx.resolve_value_type(fn)
+                sig = typingctx.resolve_function_type(fnty, argtys, {})
+            except Exception as e:  # Numba's TypingError and kin: Numba compiles the function
+                raise Unsupported(f"no typing of {fn} for {argtys}: {e}") from None
+            if sig is None:
+                raise Unsupported(f"no typing of {fn} for {argtys}")
+            found = _RESOLVED[key] = (fnty, sig)
+    return found
+
+
+def typing_context() -> Any:
+    from numba.core.registry import cpu_target
+
+    ctx = cpu_target.typing_context
+    ctx.refresh()
+    return ctx
+
+
+Value = tuple[Any, Any]  # (Numba type, LLVM value; None when only typing)
+
+
+class Lowerer:
+    """Types (and, with a builder, emits) one function's statements.
+
+    ``builder`` None types only (:func:`check`): the same walk, the same
+    resolutions, no IR, so a function that passes the check lowers.
+    """
+
+    def __init__(self, typingctx: Any, context: Any = None, builder: Any = None):
+        self.typingctx, self.context, self.b = typingctx, context, builder
+        self.ns = _namespace()
+        #: Names bound to SSA values (the parameters, the enclosing loops' variables).
+        self.bound: dict[str, Value] = {}
+        #: Assigned variables: name -> (type, stack slot).
+        self.slots: dict[str, Value] = {}
+        self.loop_vars: set[str] = set()
+        self.ended = False
+
+    # -- emission helpers ------------------------------------------------------
+    def cast(self, v: Value, to: Any) -> Any:
+        ty, val = v
+        if self.b is None or ty == to:
+            return val
+        return self.context.cast(self.b, val, ty, to)
+
+    def call(self, fn: Any, args: list[Value], argtys: tuple[Any, ...] | None = None) -> Value:
+        """``fn(*args)`` typed and lowered as Numba does (arguments cast to its signature)."""
+        fnty, sig = _resolve(self.typingctx, fn, argtys or tuple(t for t, _ in args))
+        if self.b is None:
+            return sig.return_type, None
+        impl = self.context.get_function(fnty, sig)
+        n = len(sig.args)
+        star = sig.args[-1] if n else None
+        if isinstance(star, (types.StarArgTuple, types.StarArgUniTuple)):  # min(a, b): *args
+            vals = [self.cast(a, t) for a, t in zip(args[: n - 1], sig.args, strict=False)]
+            rest = [self.cast(a, t) for a, t in zip(args[n - 1 :], star.types, strict=True)]
+            vals.append(cgutils.make_anonymous_struct(self.b, rest))
+        else:
+            vals = [self.cast(a, t) for a, t in zip(args, sig.args, strict=True)]
+        return sig.return_type, impl(self.b, vals)
+
+    # -- functions ---------------------------------------------------------------
+    def function(self, fn: ast.FunctionDef, params: list[Value]) -> None:
+        a = fn.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+            raise Unsupported("only positional parameters")
+        if len(a.args) != len(params):
+            raise Unsupported("parameters and types differ in number")
+        for arg, v in zip(a.args, params, strict=True):
+            self.bound[arg.arg] = v
+        self.block(fn.body, top=True)
+
+    def block(self, stmts: list[ast.stmt], top: bool = False) -> None:
+        for k, s in enumerate(stmts):
+            if isinstance(s, ast.Return):
+                if not (top and k == len(stmts) - 1 and s.value is None):
+                    raise Unsupported("return other than a bare one at the end")
+                return
+            self.stmt(s)
+
+    def stmt(self, s: ast.stmt) -> None:
+        if isinstance(s, ast.For):
+            self.loop(s)
+        elif isinstance(s, ast.If):
+            self.branch(s)
+        elif isinstance(s, ast.Assign):
+            if len(s.targets) != 1:
+                raise Unsupported("chained assignment")
+            self.assign(s.targets[0], s.value)
+        elif isinstance(s, ast.AugAssign):
+            self.augassign(s)
+        elif isinstance(s, ast.Expr):
+            if not isinstance(s.value, ast.Call):
+                raise Unsupported("an expression statement other than a call")
+            self.expr(s.value)
+        elif not isinstance(s, ast.Pass):
+            raise Unsupported(type(s).__name__)
+
+    def loop(self, s: ast.For) -> None:
+        it = s.iter
+        if not (
+            isinstance(s.target, ast.Name)
+            and isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Name)
+            and it.func.id == "range"
+            and 1 <= len(it.args) <= 2
+            and not it.keywords
+            and not s.orelse
+        ):
+            raise Unsupported("a loop other than for x in range(a[, b])")
+        var = s.target.id
+        if var in self.slots or var in self.bound:
+            raise Unsupported(f"loop variable {var} is also another variable")
+        bounds = [self.expr(x) for x in it.args]
+        for ty, _ in bounds:
+            if not (isinstance(ty, types.Integer) and ty in (types.int64, types.intp)):
+                raise Unsupported(f"range over {ty}")  # (Numba's range of int32 counts in int32)
+        if len(bounds) == 1:
+            bounds.insert(0, (types.int64, ir.Constant(ir.IntType(64), 0)))
+        i64 = types.int64
+        start, stop = (self.cast(v, i64) for v in bounds)
+        self.loop_vars.add(var)
+        if self.b is None:
+            self.bound[var] = (i64, None)
+            self.block(s.body)
+            del self.bound[var]
+            return
+        b = self.b
+        entry = b.block
+        head = b.append_basic_block(f"for.{var}")
+        done = b.append_basic_block(f"for.{var}.end")
+        b.cbranch(b.icmp_signed("<", start, stop), head, done)
+        b.position_at_end(head)
+        phi = b.phi(start.type, name=var)
+        phi.add_incoming(start, entry)
+        self.bound[var] = (i64, phi)
+        self.block(s.body)
+        del self.bound[var]
+        nxt = b.add(phi, ir.Constant(phi.type, 1), name=f"{var}.next", flags=("nsw",))
+        phi.add_incoming(nxt, b.block)
+        latch = b.cbranch(b.icmp_signed("<", nxt, stop), head, done)
+        if LOOP_HINTS:
+            latch.set_metadata("llvm.loop", _loop_id(b.module, LOOP_HINTS))
+        b.position_at_end(done)
+
+    def branch(self, s: ast.If) -> None:
+        cond = self.truth(self.expr(s.test))
+        if self.b is None:
+            self.block(s.body)
+            self.block(s.orelse)
+            return
+        if s.orelse:
+            with self.b.if_else(cond) as (then, orelse):
+                with then:
+                    self.block(s.body)
+                with orelse:
+                    self.block(s.orelse)
+        else:
+            with self.b.if_then(cond):
+                self.block(s.body)
+
+    def truth(self, v: Value) -> Any:
+        ty, val = v
+        if ty != types.boolean:
+            raise Unsupported(f"a condition of type {ty}")
+        return val
+
+    def assign(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, ast.Subscript):
+            arr, ptr = self.element(target)
+            self.store(arr, ptr, self.expr(value))
+            return
+        if not isinstance(target, ast.Name):
+            raise Unsupported("assignment to other than a name or an element")
+        name = target.id
+        if name in self.bound or name in self.loop_vars:
+            raise Unsupported(f"{name} is reassigned")
+        v = (
+            self.stack_array(value)
+            if isinstance(value, ast.Call) and _is_stack_array(value)
+            else self.expr(value)
+        )
+        if name in self.slots:
+            ty, slot = self.slots[name]
+            if ty != v[0]:
+                raise Unsupported(f"{name} changes type")
+        else:
+            ty = v[0]
+            if isinstance(ty, types.Array) and not _is_stack_array(value):
+                raise Unsupported("an array variable other than a stack array")
+            slot = None
+            if self.b is not None:
+                slot = cgutils.alloca_once(self.b, self.context.get_value_type(ty), name=name)
+            self.slots[name] = (ty, slot)
+        if self.b is not None:
+            self.b.store(v[1], slot)
+
+    def augassign(self, s: ast.AugAssign) -> None:
+        op = _INPLACE.get(type(s.op))
+        if op is None:
+            raise Unsupported(f"augmented {type(s.op).__name__}")
+        if isinstance(s.target, ast.Subscript):
+            arr, ptr = self.element(s.target)
+            old = (arr.dtype, None if self.b is None else self.load(arr, ptr))
+            self.store(arr, ptr, self.call(op, [old, self.expr(s.value)]))
+            return
+        if not isinstance(s.target, ast.Name) or s.target.id not in self.slots:
+            raise Unsupported("augmented assignment to other than an assigned name or an element")
+        ty, slot = self.slots[s.target.id]
+        new = self.call(op, [self.name(s.target.id), self.expr(s.value)])
+        if new[0] != ty:
+            raise Unsupported(f"{s.target.id} changes type")
+        if self.b is not None:
+            self.b.store(new[1], slot)
+
+    # -- arrays --------------------------------------------------------------------
+    def element(self, node: ast.Subscript) -> tuple[Any, Any]:
+        """The array type and the address of ``node`` (``a[i]``, one index)."""
+        if not isinstance(node.value, ast.Name) or isinstance(node.slice, (ast.Slice, ast.Tuple)):
+            raise Unsupported("an element other than name[index]")
+        aty, ary = self.name(node.value.id)
+        ity, idx = self.expr(node.slice)
+        if not (isinstance(aty, types.Array) and aty.ndim == 1 and aty.layout == "C"):
+            raise Unsupported(f"indexing {aty}")
+        if not isinstance(ity, types.Integer):
+            raise Unsupported(f"an index of type {ity}")
+        if self.b is None:
+            return aty, None
+        arr = self.context.make_array(aty)(self.context, self.b, ary)
+        idx = self.context.cast(self.b, idx, ity, types.intp)
+        ptr = cgutils.get_item_pointer2(
+            self.context,
+            self.b,
+            data=arr.data,
+            shape=cgutils.unpack_tuple(self.b, arr.shape, 1),
+            strides=cgutils.unpack_tuple(self.b, arr.strides, 1),
+            layout=aty.layout,
+            inds=[idx],
+            wraparound=bool(getattr(ity, "signed", True)),  # as Numba: a negative index counts back
+        )
+        return aty, ptr
+
+    def load(self, aty: Any, ptr: Any) -> Any:
+        return self.context.unpack_value(self.b, aty.dtype, ptr)
+
+    def store(self, aty: Any, ptr: Any, v: Value) -> None:
+        if not isinstance(v[0], (types.Number, types.Boolean)):
+            raise Unsupported(f"storing a {v[0]}")
+        if self.b is not None:
+            self.context.pack_value(self.b, aty.dtype, self.cast(v, aty.dtype), ptr)
+
+    def stack_array(self, node: ast.Call) -> Value:
+        """``carray(stack_empty(n, np.T), (n,))``: ``n`` elements on the stack, 64-byte aligned."""
+        from .runtime import _STACK_ALIGN
+
+        inner = node.args[0]
+        assert isinstance(inner, ast.Call)
+        n, dtype = inner.args[0], inner.args[1]
+        shape = node.args[1]
+        if not (
+            isinstance(n, ast.Constant)
+            and type(n.value) is int
+            and n.value > 0
+            and isinstance(shape, ast.Tuple)
+            and len(shape.elts) == 1
+            and isinstance(shape.elts[0], ast.Constant)
+            and shape.elts[0].value == n.value
+            and isinstance(dtype, ast.Attribute)
+            and isinstance(dtype.value, ast.Name)
+            and dtype.value.id == "np"
+            and dtype.attr in NUMBERS
+        ):
+            raise Unsupported("a stack array other than carray(stack_empty(n, np.T), (n,))")
+        aty = types.Array(NUMBERS[dtype.attr], 1, "C")
+        if self.b is None:
+            return aty, None
+        ctx, b = self.context, self.b
+        elem = ctx.get_value_type(aty.dtype)
+        ptr = cgutils.alloca_once(b, elem, size=n.value)
+        ptr.align = _STACK_ALIGN
+        arr = ctx.make_array(aty)(ctx, b)
+        itemsize = ctx.get_abi_sizeof(elem)
+        intp = ctx.get_value_type(types.intp)
+        ctx.populate_array(
+            arr,
+            data=ptr,
+            shape=[ir.Constant(intp, n.value)],
+            strides=[ir.Constant(intp, itemsize)],
+            itemsize=ir.Constant(intp, itemsize),
+            meminfo=None,
+        )
+        return aty, arr._getvalue()
+
+    # -- expressions -----------------------------------------------------------------
+    def name(self, name: str) -> Value:
+        if name in self.bound:
+            return self.bound[name]
+        if name in self.slots:
+            ty, slot = self.slots[name]
+            return ty, None if self.b is None else self.b.load(slot)
+        raise Unsupported(f"{name} is not a variable")
+
+    def expr(self, e: ast.expr) -> Value:
+        if isinstance(e, ast.Constant):
+            return self.constant(e.value)
+        if isinstance(e, ast.Name):
+            return self.name(e.id)
+        if isinstance(e, ast.BinOp):
+            op = _BINOPS.get(type(e.op))
+            if op is None:
+                raise Unsupported(type(e.op).__name__)
+            return self.call(op, [self.expr(e.left), self.expr(e.right)])
+        if isinstance(e, ast.Compare):
+            if len(e.ops) != 1 or type(e.ops[0]) not in _CMPOPS:
+                raise Unsupported("a chained or membership comparison")
+            return self.call(
+                _CMPOPS[type(e.ops[0])], [self.expr(e.left), self.expr(e.comparators[0])]
+            )
+        if isinstance(e, ast.UnaryOp):
+            if type(e.op) not in _UNARY:
+                raise Unsupported(type(e.op).__name__)
+            return self.call(_UNARY[type(e.op)], [self.expr(e.operand)])
+        if isinstance(e, ast.BoolOp):
+            return self.boolop(e)
+        if isinstance(e, ast.IfExp):
+            return self.ifexp(e)
+        if isinstance(e, ast.Subscript):
+            aty, ptr = self.element(e)
+            return aty.dtype, None if self.b is None else self.load(aty, ptr)
+        if isinstance(e, ast.Call):
+            return self.callexpr(e)
+        if (
+            isinstance(e, ast.Attribute)
+            and isinstance(e.value, ast.Name)
+            and (e.value.id, e.attr) in (("np", "inf"), ("math", "inf"))
+        ):
+            return self.constant(math.inf)  # a float64 global, as Numba types it
+        raise Unsupported(type(e).__name__)
+
+    def constant(self, v: object) -> Value:
+        if isinstance(v, bool):
+            ty: Any = types.boolean
+        elif isinstance(v, int):
+            ty = types.int64
+        elif isinstance(v, float):
+            ty = types.float64
+        else:
+            raise Unsupported(f"a constant {v!r}")
+        if self.b is None:
+            return ty, None
+        return ty, self.context.get_constant(ty, v)
+
+    def callexpr(self, e: ast.Call) -> Value:
+        if e.keywords:
+            raise Unsupported("keyword arguments")
+        f = e.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            if f.value.id == "np" and f.attr in NUMBERS and len(e.args) == 1:
+                to = NUMBERS[f.attr]
+                v = self.expr(e.args[0])
+                if not isinstance(v[0], (types.Number, types.Boolean)):
+                    raise Unsupported(f"np.{f.attr} of a {v[0]}")
+                return to, self.cast(v, to)
+            if f.value.id == "math" and isinstance(getattr(math, f.attr, None), type(math.sqrt)):
+                return self.call(getattr(math, f.attr), [self.expr(a) for a in e.args])
+            raise Unsupported(f"{f.value.id}.{f.attr}")
+        if not isinstance(f, ast.Name) or f.id not in self.ns or f.id in ("carray", "stack_empty"):
+            raise Unsupported(f"a call of {ast.unparse(f)}")
+        from . import runtime
+
+        if self.b is not None and f.id in runtime._INLINED:
+            runtime._always_inlined(f.id)  # as NoAliasCompiler.compile_extra does for Numba
+        return self.call(self.ns[f.id], [self.expr(a) for a in e.args])
+
+    def boolop(self, e: ast.BoolOp) -> Value:
+        """``a and b`` / ``a or b`` of conditions, short-circuited (a guard keeps a read in bounds)."""
+        first = self.truth(self.expr(e.values[0]))
+        rest = e.values[1:]
+        if self.b is None:
+            for x in rest:
+                self.truth(self.expr(x))
+            return types.boolean, None
+        b = self.b
+        is_and = isinstance(e.op, ast.And)
+        done = b.append_basic_block("bool.end")
+        incoming = []
+        value = first
+        for x in rest:
+            here = b.block
+            nxt = b.append_basic_block("bool.next")
+            if is_and:
+                b.cbranch(value, nxt, done)
+            else:
+                b.cbranch(value, done, nxt)
+            incoming.append((ir.Constant(ir.IntType(1), 0 if is_and else 1), here))
+            b.position_at_end(nxt)
+            value = self.truth(self.expr(x))
+        incoming.append((value, b.block))
+        b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(ir.IntType(1))
+        for val, block in incoming:
+            phi.add_incoming(val, block)
+        return types.boolean, phi
+
+    def ifexp(self, e: ast.IfExp) -> Value:
+        cond = self.truth(self.expr(e.test))
+        if self.b is None:
+            t, f = self.expr(e.body), self.expr(e.orelse)
+            ty = self.typingctx.unify_pairs(t[0], f[0])
+            if ty is None:
+                raise Unsupported(f"branches of types {t[0]} and {f[0]}")
+            return ty, None
+        b = self.b
+        then, orelse, done = (b.append_basic_block(n) for n in ("if.then", "if.else", "if.end"))
+        b.cbranch(cond, then, orelse)
+        b.position_at_end(then)
+        t = self.expr(e.body)
+        then_end = b.block
+        b.position_at_end(orelse)
+        f = self.expr(e.orelse)
+        ty = self.typingctx.unify_pairs(t[0], f[0])
+        fv = self.cast(f, ty)
+        else_end = b.block
+        b.branch(done)
+        b.position_at_end(then_end)
+        tv = self.cast(t, ty)
+        then_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(tv.type)
+        phi.add_incoming(tv, then_end)
+        phi.add_incoming(fv, else_end)
+        return ty, phi
+
+
+#: LLVM loop hints (``llvm.loop.*`` metadata names) put on every loop.
+#:
+#: No runtime unrolling: the schedule decides what is unrolled (in the source, or a loop of
+#: constant trips that LLVM unrolls fully), and what LLVM's unroller found to unroll at run
+#: time was mostly the chunk loop of a parallel kernel, ``range(lo_, hi_)``, whose body is
+#: the whole nest: matmul 512's default built in 1.78 s with it and 0.73 s without, and
+#: 13 default kernels and 8 tuning candidates ran as fast within the noise (AMD Zen 4,
+#: ``experiments/llvm_options_ab.py --a loop-hints= --b loop-hints=<this>``).
+LOOP_HINTS: tuple[str, ...] = ("llvm.loop.unroll.runtime.disable",)
+
+
+def _loop_id(module: ir.Module, hints: tuple[str, ...]) -> ir.MDValue:
+    """A loop's own ``llvm.loop`` node (its first operand itself) carrying ``hints``."""
+    node = ir.MDValue(module, (), name=str(len(module.metadata)))
+    node.operands = (node, *(module.add_metadata([ir.MetaDataString(module, h)]) for h in hints))
+    return node
+
+
+def _is_stack_array(e: ast.expr) -> bool:
+    return (
+        isinstance(e, ast.Call)
+        and isinstance(e.func, ast.Name)
+        and e.func.id == "carray"
+        and len(e.args) == 2
+        and isinstance(e.args[0], ast.Call)
+        and isinstance(e.args[0].func, ast.Name)
+        and e.args[0].func.id == "stack_empty"
+        and len(e.args[0].args) == 2
+    )
