@@ -48,7 +48,8 @@ from typing import Any
 from numba import types
 from numba.extending import intrinsic
 
-from .direct_lower import NUMBERS, Lowerer, Unsupported, typing_context
+from .direct_lower import Lowerer
+from .direct_types import NUMBERS, Unsupported, typing_context
 
 __all__ = ["Unsupported", "body", "check", "rewrite"]
 

@@ -10,97 +10,24 @@ from __future__ import annotations
 
 import ast
 import math
-import operator
-import threading
 from typing import Any
 
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
-__all__ = ["LOOP_HINTS", "NUMBERS", "Lowerer", "Unsupported", "typing_context"]
+from .direct_types import (
+    BINOPS,
+    CMPOPS,
+    INPLACE,
+    NUMBERS,
+    UNARY,
+    Unsupported,
+    namespace,
+    resolve,
+)
 
-
-class Unsupported(Exception):
-    """A construct outside the language this module lowers (Numba compiles the function)."""
-
-
-_BINOPS: dict[type, Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-}
-_INPLACE: dict[type, Any] = {
-    ast.Add: operator.iadd,
-    ast.Sub: operator.isub,
-    ast.Mult: operator.imul,
-    ast.Div: operator.itruediv,
-}
-_CMPOPS: dict[type, Any] = {
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-}
-_UNARY: dict[type, Any] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
-#: NumPy's scalar types a kernel converts with (``np.float32(x)``).
-NUMBERS = {
-    name: getattr(types, name)
-    for name in (
-        "bool_", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-        "float32", "float64",
-    )
-}  # fmt: skip
-NUMBERS["bool_"] = types.boolean
-
-_NAMESPACE: dict[str, Any] | None = None
-
-
-def _namespace() -> dict[str, Any]:
-    """What a kernel's calls may name: the helpers its module imports and three builtins."""
-    global _NAMESPACE
-    if _NAMESPACE is None:
-        from . import runtime, vectors
-
-        ns: dict[str, Any] = {n: getattr(runtime, n) for n in runtime.__all__}
-        ns.update((n, getattr(vectors, n)) for n in vectors.names())
-        ns.update(min=min, max=max, abs=abs)
-        _NAMESPACE = ns
-    return _NAMESPACE
-
-
-#: (callee, argument types) -> (function type, signature): Numba's typing of one call, once.
-_RESOLVED: dict[tuple[Any, tuple[Any, ...]], tuple[Any, Any]] = {}
-_RESOLVING = threading.Lock()
-
-
-def _resolve(typingctx: Any, fn: Any, argtys: tuple[Any, ...]) -> tuple[Any, Any]:
-    key = (fn, argtys)
-    found = _RESOLVED.get(key)
-    if found is None:
-        with _RESOLVING:
-            try:
-                fnty = typingctx.resolve_value_type(fn)
-                sig = typingctx.resolve_function_type(fnty, argtys, {})
-            except Exception as e:  # Numba's TypingError and kin: Numba compiles the function
-                raise Unsupported(f"no typing of {fn} for {argtys}: {e}") from None
-            if sig is None:
-                raise Unsupported(f"no typing of {fn} for {argtys}")
-            found = _RESOLVED[key] = (fnty, sig)
-    return found
-
-
-def typing_context() -> Any:
-    from numba.core.registry import cpu_target
-
-    ctx = cpu_target.typing_context
-    ctx.refresh()
-    return ctx
+__all__ = ["LOOP_HINTS", "Lowerer"]
 
 
 Value = tuple[Any, Any]  # (Numba type, LLVM value; None when only typing)
@@ -115,13 +42,12 @@ class Lowerer:
 
     def __init__(self, typingctx: Any, context: Any = None, builder: Any = None):
         self.typingctx, self.context, self.b = typingctx, context, builder
-        self.ns = _namespace()
+        self.ns = namespace()
         #: Names bound to SSA values (the parameters, the enclosing loops' variables).
         self.bound: dict[str, Value] = {}
         #: Assigned variables: name -> (type, stack slot).
         self.slots: dict[str, Value] = {}
         self.loop_vars: set[str] = set()
-        self.ended = False
 
     # -- emission helpers ------------------------------------------------------
     def cast(self, v: Value, to: Any) -> Any:
@@ -132,7 +58,7 @@ class Lowerer:
 
     def call(self, fn: Any, args: list[Value], argtys: tuple[Any, ...] | None = None) -> Value:
         """``fn(*args)`` typed and lowered as Numba does (arguments cast to its signature)."""
-        fnty, sig = _resolve(self.typingctx, fn, argtys or tuple(t for t, _ in args))
+        fnty, sig = resolve(self.typingctx, fn, argtys or tuple(t for t, _ in args))
         if self.b is None:
             return sig.return_type, None
         impl = self.context.get_function(fnty, sig)
@@ -283,7 +209,7 @@ class Lowerer:
             self.b.store(v[1], slot)
 
     def augassign(self, s: ast.AugAssign) -> None:
-        op = _INPLACE.get(type(s.op))
+        op = INPLACE.get(type(s.op))
         if op is None:
             raise Unsupported(f"augmented {type(s.op).__name__}")
         if isinstance(s.target, ast.Subscript):
@@ -393,20 +319,20 @@ class Lowerer:
         if isinstance(e, ast.Name):
             return self.name(e.id)
         if isinstance(e, ast.BinOp):
-            op = _BINOPS.get(type(e.op))
+            op = BINOPS.get(type(e.op))
             if op is None:
                 raise Unsupported(type(e.op).__name__)
             return self.call(op, [self.expr(e.left), self.expr(e.right)])
         if isinstance(e, ast.Compare):
-            if len(e.ops) != 1 or type(e.ops[0]) not in _CMPOPS:
+            if len(e.ops) != 1 or type(e.ops[0]) not in CMPOPS:
                 raise Unsupported("a chained or membership comparison")
             return self.call(
-                _CMPOPS[type(e.ops[0])], [self.expr(e.left), self.expr(e.comparators[0])]
+                CMPOPS[type(e.ops[0])], [self.expr(e.left), self.expr(e.comparators[0])]
             )
         if isinstance(e, ast.UnaryOp):
-            if type(e.op) not in _UNARY:
+            if type(e.op) not in UNARY:
                 raise Unsupported(type(e.op).__name__)
-            return self.call(_UNARY[type(e.op)], [self.expr(e.operand)])
+            return self.call(UNARY[type(e.op)], [self.expr(e.operand)])
         if isinstance(e, ast.BoolOp):
             return self.boolop(e)
         if isinstance(e, ast.IfExp):
