@@ -58,3 +58,29 @@ def test_a_search_featurizes_each_config_once_in_one_call_per_ranking() -> None:
     assert len(keys) == len(set(keys)), "no config is featurized twice"
     assert all(len(call) == len(set(call)) for call in feats.calls)
     assert len(feats.calls) <= 1 + 1 + search.rounds, "one call per ranking of the pool"
+
+
+def test_the_pool_carries_over_so_a_batch_featurizes_a_quarter_of_a_pool_anew() -> None:
+    task = Task.make("matmul", {"M": 512, "N": 512, "K": 512}, Target.from_name("cpu"))
+    feats = _Counting(task)
+    search = ModelBasedSearch(
+        task.space, seed=1, features=feats, pool=40, rounds=0, min_observations=4
+    )
+    measured: set[str] = set()
+    first = search.propose(6, exclude=measured)
+    measured |= {c.key for c in first}
+    search.observe([(c, 1e-3 * (1 + i)) for i, c in enumerate(first)])
+    second = search.propose(6, exclude=measured)
+    carried = dict(search._carried)
+    assert len(carried) == 40 - 6 and not set(carried) & {c.key for c in second}
+    measured |= {c.key for c in second}
+    search.observe([(c, 1e-3 * (7 + i)) for i, c in enumerate(second)])
+    before = len(feats.calls)
+    third = search.propose(6, exclude=measured)
+    new = {k for call in feats.calls[before:] for k in call}
+    # The refit featurizes the 6 just measured (already known) and the ranking only
+    # the fresh quarter of a pool: the 34 carried configs are not lowered again.
+    assert new and len(new) <= 40 // 4
+    assert not new & set(carried)
+    assert not {c.key for c in third} & measured
+    assert {c.key for c in third} <= set(carried) | new

@@ -43,6 +43,9 @@ class Simulated:
         self.seen: list[Candidate] = []
         self.stop_after = stop_after
 
+    def start(self) -> None:  # (a real measurer starts its processes here)
+        pass
+
     def measure(self, candidates: list[Candidate], on_result: Any = None) -> list[MeasureResult]:
         if self.stop_after is not None and len(self.seen) + len(candidates) > self.stop_after:
             raise KeyboardInterrupt

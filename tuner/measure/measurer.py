@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from records import ErrorKind
 
-from ._child import build_candidate, init_build_worker, runner_main
+from ._child import build_candidate, import_build_needs, init_build_worker, runner_main
 from ._signals import sigterm_as_interrupt
 from ._types import Candidate, MeasureOptions, MeasureResult, OnResult
 
@@ -45,8 +45,15 @@ class _Runner:
         self.plugins = plugins
         self.proc: Any = None
         self.conn: Any = None
+        self._ready = False  # the process said "ready" (its imports are done)
+
+    def start(self) -> None:
+        """Start the process unless it runs; it imports in the background, ``run`` waits."""
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
 
     def _start(self) -> None:
+        self._ready = False
         parent, child = _CTX.Pipe()
         self.proc = _CTX.Process(
             target=runner_main,
@@ -79,8 +86,8 @@ class _Runner:
     def run(self, c: Candidate, opts: MeasureOptions, cut_above: float = 0.0) -> dict[str, Any]:
         """Run candidate ``c``: check it against its NumPy reference once, then time it
         (one sample only where that one is above ``cut_above`` seconds, when set)."""
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
+        self.start()
+        if not self._ready:
             # Starting Python and importing Numba takes seconds on a loaded machine:
             # it is not the candidate's time, so it gets its own, generous limit.
             if not self.conn.poll(_STARTUP_TIMEOUT) or self._recv() != "ready":
@@ -89,6 +96,7 @@ class _Runner:
                     "kind": ErrorKind.RUNTIME_ERROR.value,
                     "msg": f"the runner process did not start within {_STARTUP_TIMEOUT:g} s",
                 }
+            self._ready = True
         self.conn.send((c, opts, cut_above))
         # Loading the kernel and computing the reference may take as long as a build
         # on a loaded machine; the run timeout starts when the runner says "loaded".
@@ -171,6 +179,14 @@ class Measurer:
                 initargs=(self.options.plugins, os.getpid()),
             )
         return self._pool
+
+    def start(self) -> None:
+        """Start the runner and the build workers now, their imports in the background
+        (seconds of Python and Numba loading each; a tune calls this before its own setup)."""
+        self._runner.start()
+        pool = self._get_pool()
+        for _ in range(self.options.jobs):
+            pool.submit(import_build_needs)
 
     def _drop_pool(self) -> None:
         """Kill the build workers and wait for the pool's manager thread to notice.

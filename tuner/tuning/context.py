@@ -79,6 +79,8 @@ class TuneContext:
         )
         with self._stack as stack:
             self.measurer = stack.enter_context(runner)
+            if self._given is None:  # its processes import while the search is set up
+                self.measurer.start()
             self.log = stack.enter_context(LogWriter(self.opts.log))
             self._stack = stack.pop_all()
         self.start = time.monotonic()
