@@ -23,6 +23,7 @@ from .direct_types import (
     NUMBERS,
     UNARY,
     Unsupported,
+    implementation,
     namespace,
     resolve,
 )
@@ -61,7 +62,7 @@ class Lowerer:
         fnty, sig = resolve(self.typingctx, fn, argtys or tuple(t for t, _ in args))
         if self.b is None:
             return sig.return_type, None
-        impl = self.context.get_function(fnty, sig)
+        impl = implementation(self.context, fnty, sig)
         n = len(sig.args)
         star = sig.args[-1] if n else None
         if isinstance(star, (types.StarArgTuple, types.StarArgUniTuple)):  # min(a, b): *args
@@ -239,6 +240,10 @@ class Lowerer:
             raise Unsupported(f"an index of type {ity}")
         if self.b is None:
             return aty, None
+        if not getattr(ity, "signed", True):  # no negative index to count back: data + index
+            field = self.context.data_model_manager[aty].get_field_position("data")
+            data = self.b.extract_value(ary, field)
+            return aty, self.b.gep(data, [self.context.cast(self.b, idx, ity, types.intp)])
         arr = self.context.make_array(aty)(self.context, self.b, ary)
         idx = self.context.cast(self.b, idx, ity, types.intp)
         ptr = cgutils.get_item_pointer2(
@@ -254,12 +259,18 @@ class Lowerer:
         return aty, ptr
 
     def load(self, aty: Any, ptr: Any) -> Any:
+        if isinstance(aty.dtype, types.Number):  # (Numba's data model stores numbers as they are)
+            return self.b.load(ptr)
         return self.context.unpack_value(self.b, aty.dtype, ptr)
 
     def store(self, aty: Any, ptr: Any, v: Value) -> None:
         if not isinstance(v[0], (types.Number, types.Boolean)):
             raise Unsupported(f"storing a {v[0]}")
-        if self.b is not None:
+        if self.b is None:
+            return
+        if isinstance(aty.dtype, types.Number):
+            self.b.store(self.cast(v, aty.dtype), ptr)
+        else:
             self.context.pack_value(self.b, aty.dtype, self.cast(v, aty.dtype), ptr)
 
     def stack_array(self, node: ast.Call) -> Value:

@@ -378,7 +378,8 @@ def render(
         sig = ", ".join(
             [*(f"numba.{d}[::1]" for d in arrays), *("numba.int64" for _ in func.symbols)]
         )
-        return [f"@numba.njit(numba.void({sig}), {njit_flags}, parallel={r.has_prange})"]
+        flags = f"{njit_flags}, parallel={r.has_prange}, no_cfunc_wrapper=True"
+        return [f"@numba.njit(numba.void({sig}), {flags})"]  # (called from Python only)
 
     if not r.hoisted:
         return "\n".join([*deco([]), f"def {func.name}({params}):", *fp_state(r.lines)]) + "\n"

@@ -179,8 +179,8 @@ def render_threaded(
     for name, loop, outer, lines in functions:
         params.append(", ".join([*(b.name for b in buffers), *symbols, *outer]))
         types = ", ".join([sig, *("numba.int64" for _ in outer)])
-        if loop is None:
-            deco = f"@numba.njit(numba.void({types}), {njit_flags})"
+        if loop is None:  # called from Python: its C function wrapper is never used
+            deco = f"@numba.njit(numba.void({types}), {njit_flags}, no_cfunc_wrapper=True)"
             head = f"def {name}({params[-1]}):"
         else:
             # A chunk the native launcher calls by address needs no Python wrapper of its own.
