@@ -117,13 +117,16 @@ def _onnxruntime(path: Path, feeds: dict[str, np.ndarray], threads: int) -> list
     return list(_session(path, threads).run(None, feeds))
 
 
-def _session(path: Path, threads: int) -> Any:
+def _session(path: Path, threads: int, optimize: bool = True) -> Any:
+    """onnxruntime on ``path``: every graph optimization (``optimize``), else none."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3  # (its warnings about unused initializers, one per node)
+    level = ort.GraphOptimizationLevel
+    opts.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 

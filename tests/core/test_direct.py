@@ -93,6 +93,36 @@ def test_integer_division_and_modulo_floor_as_python(tmp_path: Path) -> None:
     )
 
 
+def test_narrow_integers_keep_their_width_as_numpy_does(tmp_path: Path) -> None:
+    """Two int32 (uint8, ...) operands add, subtract and multiply in their own width, as
+    NumPy and the tensor expression say, where Numba widens to int64; wider or mixed
+    operands are typed as Numba types them. Seen through a conversion to float32."""
+    a = np.array([2**31 - 1, 1, 65536, 200], np.int32)
+    b = np.array([250, 10], np.uint8)
+    out = np.zeros(6, np.float32)
+    _, direct_f = _both(
+        tmp_path,
+        "numba.int32[::1], numba.uint8[::1], numba.float32[::1]",
+        """
+        def f(a, b, out):
+            x = a[np.uint64(0)] + a[np.uint64(1)]
+            x += a[np.uint64(1)]
+            out[np.uint64(0)] = np.float32(x)
+            out[np.uint64(1)] = np.float32(a[np.uint64(2)] * a[np.uint64(2)])
+            out[np.uint64(2)] = np.float32(b[np.uint64(0)] + b[np.uint64(1)])
+            out[np.uint64(3)] = np.float32(b[np.uint64(1)] - b[np.uint64(0)])
+            out[np.uint64(4)] = np.float32(a[np.uint64(0)] + 1)
+            out[np.uint64(5)] = np.float32(a[np.uint64(3)] + np.int32(b[np.uint64(0)]))
+        """,
+    )
+    direct_f(a, b, out)
+    with np.errstate(over="ignore"):
+        want = [
+            a[0] + a[1] + a[1], a[2] * a[2], b[0] + b[1], b[1] - b[0], 2**31, a[3] + 250,
+        ]  # fmt: skip
+    np.testing.assert_array_equal(out, np.array(want, np.float64).astype(np.float32))
+
+
 def test_float_typing_casts_and_helpers(tmp_path: Path) -> None:
     """float32 with a float64 literal computes in float64 (as Numba types it), casts truncate and
     wrap, ``math``, ``np.inf`` and the runtime's float32 helpers."""

@@ -24,8 +24,13 @@ class NumbaSourceRenderer(SourceRenderer):
 
     def const(self, e: Const) -> str:
         text = super().const(e)
-        if not is_float(e.dtype):
+        if e.dtype in ("bool", "int64"):
             return text
+        if not is_float(e.dtype):
+            # A bare literal is an int64 to Numba and widens what it meets: an int32 sum
+            # plus ``128`` was int64 arithmetic, half as many lanes a vector (the int8
+            # kernels' zero-point correction ran in int64 vectors, converted by vcvtqq2ps).
+            return f"np.{e.dtype}({text})"
         return f"np.{e.dtype}({text.replace('inf', 'np.inf')})"
 
     def binary(self, e: Binary, a: str, b: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from typing import Any
 
 from llvmlite import ir
@@ -29,6 +30,13 @@ from .direct_types import (
 )
 
 __all__ = ["LOOP_HINTS", "Lowerer"]
+
+#: Integer operations kept at their operands' width (``Lowerer.arith``), by LLVM instruction.
+_NARROW = {
+    operator.add: "add", operator.iadd: "add",
+    operator.sub: "sub", operator.isub: "sub",
+    operator.mul: "mul", operator.imul: "mul",
+}  # fmt: skip
 
 
 Value = tuple[Any, Any]  # (Numba type, LLVM value; None when only typing)
@@ -72,6 +80,20 @@ class Lowerer:
         else:
             vals = [self.cast(a, t) for a, t in zip(args, sig.args, strict=True)]
         return sig.return_type, impl(self.b, vals)
+
+    def arith(self, op: Any, a: Value, b: Value) -> Value:
+        """``a op b``: as Numba types it, except that two integers of one type narrower than
+        64 bits add, subtract and multiply in that type (NumPy's rule, and what the kernel's
+        tensor expression says), where Numba widens to 64 bits: an int8 kernel's int32 sums
+        then fill whole vectors (16 lanes, not 8 of int64 and conversions between)."""
+        how = _NARROW.get(op)
+        ta, tb = a[0], b[0]
+        narrow = isinstance(ta, types.Integer) and getattr(ta, "bitwidth", 64) < 64
+        if how is None or ta != tb or not narrow:
+            return self.call(op, [a, b])
+        if self.b is None:
+            return ta, None
+        return ta, getattr(self.b, how)(a[1], b[1])
 
     # -- functions ---------------------------------------------------------------
     def function(self, fn: ast.FunctionDef, params: list[Value]) -> None:
@@ -216,12 +238,12 @@ class Lowerer:
         if isinstance(s.target, ast.Subscript):
             arr, ptr = self.element(s.target)
             old = (arr.dtype, None if self.b is None else self.load(arr, ptr))
-            self.store(arr, ptr, self.call(op, [old, self.expr(s.value)]))
+            self.store(arr, ptr, self.arith(op, old, self.expr(s.value)))
             return
         if not isinstance(s.target, ast.Name) or s.target.id not in self.slots:
             raise Unsupported("augmented assignment to other than an assigned name or an element")
         ty, slot = self.slots[s.target.id]
-        new = self.call(op, [self.name(s.target.id), self.expr(s.value)])
+        new = self.arith(op, self.name(s.target.id), self.expr(s.value))
         if new[0] != ty:
             raise Unsupported(f"{s.target.id} changes type")
         if self.b is not None:
@@ -333,7 +355,7 @@ class Lowerer:
             op = BINOPS.get(type(e.op))
             if op is None:
                 raise Unsupported(type(e.op).__name__)
-            return self.call(op, [self.expr(e.left), self.expr(e.right)])
+            return self.arith(op, self.expr(e.left), self.expr(e.right))
         if isinstance(e, ast.Compare):
             if len(e.ops) != 1 or type(e.ops[0]) not in CMPOPS:
                 raise Unsupported("a chained or membership comparison")
