@@ -263,3 +263,24 @@ def test_shapes_tuned_in_one_run_teach_one_cost_model(tmp_path: Path) -> None:
         assert result.measured == 12
     assert sorted(shared._data) == [0, 1], "each shape's observations went to the shared model"
     assert len(measurer.seen) == 24
+
+
+@pytest.mark.parametrize(
+    ("argv", "budget"),
+    [
+        (["tune-model", "m.onnx"], 200),
+        (["tune-model", "m.onnx", "--time-limit", "900"], None),
+        (["tune-model", "m.onnx", "--time-limit", "900", "--trials", "50"], 50),
+        (["tune", "matmul", "M=8", "N=8", "K=8"], 64),
+        (["tune", "matmul", "M=8", "N=8", "K=8", "--time-limit", "60"], None),
+    ],
+)
+def test_a_time_limit_alone_sets_no_trial_budget(argv: list[str], budget: int | None) -> None:
+    """``--time-limit 900`` means 900 seconds of tuning, not the default 200 trials (which
+    ResNet-50 spent in two minutes); ``--trials`` beside it still bounds the run."""
+    from tuner.cli import _parser
+    from tuner.cli.options import check_search_flags, unlimited
+
+    ns = _parser().parse_args(argv)
+    check_search_flags(ns)
+    assert (None if unlimited(ns.trials) else ns.trials) == budget

@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from .options import add_search_flags, positive
+from .options import add_search_flags, positive, unlimited
 from .output import add_format_flags, console, emit, to_stdout
 from .text import milliseconds, speed
 
@@ -71,7 +71,8 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     # Several shapes: one measurer, and one cost model that every shape teaches.
     target = Target.from_name(ns.target, num_threads=ns.threads)
     shared = SharedCostModel(opts.strategy, seed=opts.seed) if opts.strategy == "xgb" else None
-    out.print(f"{len(shapes)} shapes of {ns.op}, {ns.trials} trials each")
+    each = f"{ns.time_limit:g} s" if unlimited(ns.trials) else f"{ns.trials} trials"
+    out.print(f"{len(shapes)} shapes of {ns.op}, {each} each")
     rows: list[dict[str, Any]] = []
     with Measurer(opts.measure, threads=target.threads) as measurer:
         for i, (args, typed) in enumerate(zip(shapes, parsed, strict=True)):

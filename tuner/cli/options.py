@@ -61,8 +61,13 @@ def add_search_flags(
     """The flags of a search: budget, strategy, log, storage, measurement."""
     p.add_argument("--target", default="cpu", help="target kind (default cpu)")
     p.add_argument(
-        "--trials", type=positive(int), default=trials, help=f"{trials_help} (default {trials})"
+        "--trials",
+        type=positive(int),
+        default=None,
+        help=f"{trials_help} (default {trials}; with --time-limit and no --trials, no trial "
+        "limit: the time decides)",
     )
+    p.set_defaults(default_trials=trials)
     p.add_argument(
         "--time-limit", type=positive(float), default=None, help="stop after this many seconds"
     )
@@ -109,10 +114,31 @@ def add_search_flags(
     )
 
 
+#: The trial budget of a run given ``--time-limit`` and no ``--trials``: none, the time decides.
+NO_TRIAL_LIMIT = 10**9
+
+
+def unlimited(budget: int) -> bool:
+    """Whether ``budget`` is :data:`NO_TRIAL_LIMIT` (a display then shows no trial total)."""
+    return budget >= NO_TRIAL_LIMIT
+
+
+def settle_trials(ns: argparse.Namespace) -> int:
+    """The run's trial budget, kept in ``ns.trials``: ``--trials``, else the command's
+    default, except that ``--time-limit`` alone sets none (a user who says "900 seconds"
+    means them all; the default 200 trials took ResNet-50 two minutes)."""
+    if ns.trials is None:
+        ns.trials = ns.default_trials if ns.time_limit is None else NO_TRIAL_LIMIT
+    return int(ns.trials)
+
+
 def check_search_flags(ns: argparse.Namespace) -> None:
-    """Raise the one-line error for a flag that names nothing: strategy, target, storage."""
+    """Raise the one-line error for a flag that names nothing: strategy, target, storage
+    (and settle the trial budget, :func:`settle_trials`)."""
     from ..search import StrategyError, strategies
     from ..target import Target
+
+    settle_trials(ns)
 
     if ns.strategy not in strategies():
         raise StrategyError(
@@ -131,7 +157,7 @@ def tune_options(ns: argparse.Namespace, **extra: Any) -> TuneOptions:
     from ..tuning.tune import TuneOptions
 
     return TuneOptions(
-        trials=ns.trials,
+        trials=settle_trials(ns),
         time_limit=ns.time_limit,
         strategy=ns.strategy,
         log=ns.log,

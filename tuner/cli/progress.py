@@ -19,6 +19,7 @@ from rich.text import Text
 from records import Record
 
 from ..tuning.tune import TuneProgress, TuneResult
+from .options import unlimited
 from .text import milliseconds, speed
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ class TuneDisplay:
             TimeRemainingColumn(),
             console=console,
         )
-        self.task = self.progress.add_task(title, total=total, now="-", best="-", errors=0)
+        shown = None if unlimited(total) else total  # (--time-limit alone: no trial total)
+        self.task = self.progress.add_task(title, total=shown, now="-", best="-", errors=0)
 
     def rate(self, record: Record) -> float | None:
         """GB/s or GFLOP/s of a successful record; None when there is no figure."""
@@ -137,6 +139,10 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{sec:02d}"
 
 
+def _budget(budget: int) -> str:
+    return "no trial budget, --time-limit" if unlimited(budget) else f"budget {budget}"
+
+
 def eta_seconds(
     elapsed: float, done: int, budget: int, time_limit: float | None = None
 ) -> float | None:
@@ -176,7 +182,11 @@ class ModelTuneDisplay:
         )
         limit = _clock(time_limit) if time_limit is not None else "-"
         self.bar = self.progress.add_task(
-            title, total=budget, latency=self._warming(0), errors=0, eta=limit
+            title,
+            total=None if unlimited(budget) else budget,
+            latency=self._warming(0),
+            errors=0,
+            eta=limit,
         )
         self.line = Text("warming up: every task gets its default schedule timed first")
         self.live = Live(self, console=console, refresh_per_second=4, transient=False)
@@ -243,7 +253,7 @@ class ModelTuneDisplay:
         c = self.console
         c.print(table)
         c.print(
-            f"{r.measured} trials measured this run (budget {r.budget}; {r.resumed} in the log "
+            f"{r.measured} trials measured this run ({_budget(r.budget)}; {r.resumed} in the log "
             f"before), {r.errors} errors, {r.elapsed:.0f} s; {r.stopped_because}"
         )
         if r.latency is not None and r.default_latency is not None:

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .options import unlimited
 from .output import add_format_flags, console, emit
 
 __all__ = ["add_commands"]
@@ -73,7 +74,7 @@ def cmd_tune_model(ns: argparse.Namespace) -> int:
     doc = {
         "model": str(ns.model),
         "log": str(ns.log),
-        "budget": result.budget,
+        "budget": None if unlimited(result.budget) else result.budget,
         "measured": result.measured,
         "resumed": result.resumed,
         "errors": result.errors,
