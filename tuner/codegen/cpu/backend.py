@@ -327,6 +327,7 @@ def _runtime_fingerprint() -> str:
                     "direct.py",
                     "direct_lower.py",
                     "direct_types.py",
+                    "direct_arrays.py",
                 )
             )
             + " ".join(LLVM_OPTIONS).encode()

@@ -17,6 +17,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
+from . import direct_arrays as arrays
 from .direct_types import (
     BINOPS,
     CMPOPS,
@@ -213,7 +214,7 @@ class Lowerer:
             raise Unsupported(f"{name} is reassigned")
         v = (
             self.stack_array(value)
-            if isinstance(value, ast.Call) and _is_stack_array(value)
+            if isinstance(value, ast.Call) and arrays.is_stack_array(value)
             else self.expr(value)
         )
         if name in self.slots:
@@ -222,7 +223,7 @@ class Lowerer:
                 raise Unsupported(f"{name} changes type")
         else:
             ty = v[0]
-            if isinstance(ty, types.Array) and not _is_stack_array(value):
+            if isinstance(ty, types.Array) and not arrays.is_stack_array(value):
                 raise Unsupported("an array variable other than a stack array")
             slot = None
             if self.b is not None:
@@ -249,7 +250,7 @@ class Lowerer:
         if self.b is not None:
             self.b.store(new[1], slot)
 
-    # -- arrays --------------------------------------------------------------------
+    # -- arrays (their emission: ``direct_arrays``) ---------------------------------
     def element(self, node: ast.Subscript) -> tuple[Any, Any]:
         """The array type and the address of ``node`` (``a[i]``, one index)."""
         if not isinstance(node.value, ast.Name) or isinstance(node.slice, (ast.Slice, ast.Tuple)):
@@ -262,80 +263,23 @@ class Lowerer:
             raise Unsupported(f"an index of type {ity}")
         if self.b is None:
             return aty, None
-        if not getattr(ity, "signed", True):  # no negative index to count back: data + index
-            field = self.context.data_model_manager[aty].get_field_position("data")
-            data = self.b.extract_value(ary, field)
-            return aty, self.b.gep(data, [self.context.cast(self.b, idx, ity, types.intp)])
-        arr = self.context.make_array(aty)(self.context, self.b, ary)
-        idx = self.context.cast(self.b, idx, ity, types.intp)
-        ptr = cgutils.get_item_pointer2(
-            self.context,
-            self.b,
-            data=arr.data,
-            shape=cgutils.unpack_tuple(self.b, arr.shape, 1),
-            strides=cgutils.unpack_tuple(self.b, arr.strides, 1),
-            layout=aty.layout,
-            inds=[idx],
-            wraparound=bool(getattr(ity, "signed", True)),  # as Numba: a negative index counts back
-        )
-        return aty, ptr
+        return aty, arrays.address(self.context, self.b, aty, ary, ity, idx)
 
     def load(self, aty: Any, ptr: Any) -> Any:
-        if isinstance(aty.dtype, types.Number):  # (Numba's data model stores numbers as they are)
-            return self.b.load(ptr)
-        return self.context.unpack_value(self.b, aty.dtype, ptr)
+        return arrays.load(self.context, self.b, aty, ptr)
 
     def store(self, aty: Any, ptr: Any, v: Value) -> None:
         if not isinstance(v[0], (types.Number, types.Boolean)):
             raise Unsupported(f"storing a {v[0]}")
-        if self.b is None:
-            return
-        if isinstance(aty.dtype, types.Number):
-            self.b.store(self.cast(v, aty.dtype), ptr)
-        else:
-            self.context.pack_value(self.b, aty.dtype, self.cast(v, aty.dtype), ptr)
+        if self.b is not None:
+            arrays.store(self.context, self.b, aty, ptr, self.cast(v, aty.dtype))
 
     def stack_array(self, node: ast.Call) -> Value:
         """``carray(stack_empty(n, np.T), (n,))``: ``n`` elements on the stack, 64-byte aligned."""
-        from .runtime import _STACK_ALIGN
-
-        inner = node.args[0]
-        assert isinstance(inner, ast.Call)
-        n, dtype = inner.args[0], inner.args[1]
-        shape = node.args[1]
-        if not (
-            isinstance(n, ast.Constant)
-            and type(n.value) is int
-            and n.value > 0
-            and isinstance(shape, ast.Tuple)
-            and len(shape.elts) == 1
-            and isinstance(shape.elts[0], ast.Constant)
-            and shape.elts[0].value == n.value
-            and isinstance(dtype, ast.Attribute)
-            and isinstance(dtype.value, ast.Name)
-            and dtype.value.id == "np"
-            and dtype.attr in NUMBERS
-        ):
-            raise Unsupported("a stack array other than carray(stack_empty(n, np.T), (n,))")
-        aty = types.Array(NUMBERS[dtype.attr], 1, "C")
+        aty, n = arrays.stack_array_type(node)
         if self.b is None:
             return aty, None
-        ctx, b = self.context, self.b
-        elem = ctx.get_value_type(aty.dtype)
-        ptr = cgutils.alloca_once(b, elem, size=n.value)
-        ptr.align = _STACK_ALIGN
-        arr = ctx.make_array(aty)(ctx, b)
-        itemsize = ctx.get_abi_sizeof(elem)
-        intp = ctx.get_value_type(types.intp)
-        ctx.populate_array(
-            arr,
-            data=ptr,
-            shape=[ir.Constant(intp, n.value)],
-            strides=[ir.Constant(intp, itemsize)],
-            itemsize=ir.Constant(intp, itemsize),
-            meminfo=None,
-        )
-        return aty, arr._getvalue()
+        return aty, arrays.stack_array(self.context, self.b, aty, n)
 
     # -- expressions -----------------------------------------------------------------
     def name(self, name: str) -> Value:
@@ -496,16 +440,3 @@ def _loop_id(module: ir.Module, hints: tuple[str, ...]) -> ir.MDValue:
     node = ir.MDValue(module, (), name=str(len(module.metadata)))
     node.operands = (node, *(module.add_metadata([ir.MetaDataString(module, h)]) for h in hints))
     return node
-
-
-def _is_stack_array(e: ast.expr) -> bool:
-    return (
-        isinstance(e, ast.Call)
-        and isinstance(e.func, ast.Name)
-        and e.func.id == "carray"
-        and len(e.args) == 2
-        and isinstance(e.args[0], ast.Call)
-        and isinstance(e.args[0].func, ast.Name)
-        and e.args[0].func.id == "stack_empty"
-        and len(e.args[0].args) == 2
-    )
