@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -304,3 +305,26 @@ def test_cutting_slow_candidates_keeps_the_best_of_a_recorded_tune() -> None:
     kept = {k for k in keys if len(results[k].samples) == 5}
     assert min(kept, key=lambda k: statistics.median(results[k].samples)) == best
     assert len(kept) < len(keys)
+
+
+def test_a_built_in_candidate_is_indexed_for_the_runner_and_a_plugins_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build worker records a built-in operator's kernel in the kernel index, so the runner
+    loads it without lowering again; a plugin's operator is built afresh each time, since the
+    index's code fingerprint does not cover the plugin's compute definition."""
+    from search_spaces import get_operator
+    from tuner.measure._child import _kernel, build_candidate
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path))
+    target = Target.from_name("cpu")
+    op = get_operator("matmul")
+    args = op.parse_args({"M": 8, "N": 8, "K": 8})
+    config = dict(op.default_config(args, target))
+    built_in = Candidate("matmul", args, config, target.to_json())
+    assert build_candidate(built_in)[0] == ErrorKind.OK.value
+    assert len(list((tmp_path / "index").glob("*.json"))) == 1
+    _, _, kernel = _kernel(built_in)
+    assert kernel.lowered is not None  # restored from the index, lowered again on demand
+    assert build_candidate(cand("t_double"))[0] == ErrorKind.OK.value
+    assert len(list((tmp_path / "index").glob("*.json"))) == 1
