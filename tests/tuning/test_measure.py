@@ -328,3 +328,18 @@ def test_a_built_in_candidate_is_indexed_for_the_runner_and_a_plugins_is_not(
     assert kernel.lowered is not None  # restored from the index, lowered again on demand
     assert build_candidate(cand("t_double"))[0] == ErrorKind.OK.value
     assert len(list((tmp_path / "index").glob("*.json"))) == 1
+
+
+def test_build_workers_killed_between_batches_are_replaced() -> None:
+    """The workers ``start`` spawns may die while the tuner sets up or waits (OOM killer, a
+    user's kill); the next batch gets a fresh pool instead of an exception."""
+    with Measurer(MeasureOptions(jobs=2, plugins=PLUGIN)) as m:
+        m.start()
+        assert m._pool is not None
+        for proc in list(m._pool._processes.values()):  # type: ignore[attr-defined]
+            proc.kill()
+        deadline = time.monotonic() + 10
+        while not m._pool._broken and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.05)
+        (r,) = m.measure([cand("t_double")])
+    assert r.ok, r.error_msg

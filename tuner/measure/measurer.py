@@ -305,8 +305,13 @@ class Measurer:
         return built
 
     def _submit(self, candidates: list[Candidate]) -> list[Future[tuple[str, str, float]]]:
-        pool = self._get_pool()
-        return [pool.submit(build_candidate, c) for c in candidates]
+        try:
+            pool = self._get_pool()
+            return [pool.submit(build_candidate, c) for c in candidates]
+        except BrokenProcessPool:  # broken while idle (a worker killed, or dead at start-up)
+            self._drop_pool()
+            pool = self._get_pool()
+            return [pool.submit(build_candidate, c) for c in candidates]
 
     def _wait_build(self, fut: Future[tuple[str, str, float]]) -> tuple[str, str, float] | None:
         """The build's outcome, or None after a timeout (the pool is then replaced)."""
