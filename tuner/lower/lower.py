@@ -242,7 +242,14 @@ class _Lowerer:
         env: Env,
         region: tuple[tuple[Expr, ...], tuple[Ext, ...]] | None,
         write_back: bool = False,
+        fill: Expr | None = None,
     ) -> Stmt:
+        """``stage``'s loop nest over ``region`` (its whole shape when None).
+
+        A register tile's stage (a ``cache_write``) loads its source's region, or
+        with ``write_back`` stores the tile back to it, or with ``fill`` stores
+        that value into the tile (a tile starting its own sums: ``tuner.lower.nest``).
+        """
         body_expr = self.bodies[stage.name]
         shape = self.shapes[stage.source if stage.origin != "compute" else stage.name]
         base, widths = region if region else (tuple(Const(0) for _ in shape), shape)
@@ -272,7 +279,7 @@ class _Lowerer:
                 conds.append((absolute[a] - b, w))
                 conds.append((b - absolute[a], 1))
         return _NestBuilder(
-            self, stage, env, names, ext, absolute, conds, body_expr, write_back
+            self, stage, env, names, ext, absolute, conds, body_expr, write_back, fill
         ).build()
 
     def region(

@@ -7,6 +7,7 @@ from ``tuner.lower.guards``.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..kinds import Scope
@@ -31,7 +32,7 @@ from .guards import assume_below, below, clamp, free_names, guard, least, tighte
 from .intrin import intrinsic
 from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized, seq
 from .prefetch import prefetch_next
-from .simplify import simplify
+from .simplify import linear, simplify
 from .visitor import walk_stmts
 
 if TYPE_CHECKING:
@@ -54,9 +55,10 @@ class _NestBuilder:
         conds: list[tuple[Expr, Ext]],
         body: Expr,
         write_back: bool = False,
+        fill: Expr | None = None,
     ):
         self.lw, self.stage, self.env, self.names, self.ext = lw, stage, env, names, ext
-        self.absolute, self.body, self.write_back = absolute, body, write_back
+        self.absolute, self.body, self.write_back, self.fill = absolute, body, write_back, fill
         self.op_axes = [a.name for a in stage.tensor.op.axis]  # type: ignore[union-attr]
         self.leaves = stage.leaves
         kinds = [stage.axis(leaf).kind for leaf in self.leaves]
@@ -78,6 +80,70 @@ class _NestBuilder:
         self.tuple = body if isinstance(body, TupleReduce) else None
         if self.tuple is not None:
             self._check_tuple(self.tuple)
+        self.tile_starts = self._tile_starts()
+
+    def _tile_starts(self) -> int | None:
+        """The loop of a register tile that starts its own sums, or None.
+
+        A register tile (``cache_write``) computed inside a reduction loop loads
+        the stage's partial sums and stores them back. At the first iteration of
+        the reduction loops around it those sums are the identity the stage's
+        init stored, so the tile starts from the identity itself there and the
+        stage stores no init (TVM's ``decompose_reduction``): one pass over the
+        output less, and none of the tile's loads where the reduction fits one
+        block (a matmul whose K fits KC: every 1 x 1 convolution of a
+        MobileNet). Not where a bound on the loops outside the tile depends on
+        a reduction loop (a tile that bound skips at the first iteration would
+        never be started), nor where the tile's box holds elements its loops do
+        not compute (a strided tile: its write-back would store its start
+        value over them, where a loaded tile stores back what it loaded).
+        """
+        if self.stage.origin != "compute" or self.first_reduce is None:
+            return None
+        if not isinstance(self.body, Reduce):
+            return None
+        tile = next(
+            (
+                s
+                for s in self.lw.state.stages
+                if s.origin == "cache_write"
+                and s.source == self.stage.name
+                and s.attach.kind == "at"
+                and s.attach.parent == self.stage.name
+            ),
+            None,
+        )
+        if tile is None or tile.attach.axis not in self.leaves:
+            return None
+        at = self.leaves.index(tile.attach.axis)
+        if at < self.first_reduce:
+            return None
+        for q in range(self.first_reduce, at + 1):
+            if any(free_names(e) & self.reduce_vars for e, _ in self.conds.get(q, [])):
+                return None
+        return at if self._dense_tile(at) else None
+
+    def _dense_tile(self, at: int) -> bool:
+        """Whether the spatial loops inside loop ``at`` compute every element of the box
+        they span (each axis an offset plus a dense range of their values)."""
+        inner: dict[str, int] = {}
+        for leaf in self.leaves[at + 1 :]:
+            n = self.ext[leaf]
+            if self.stage.axis(leaf).kind != "reduce":
+                if not isinstance(n, int):
+                    return False
+                inner[self.names[leaf].name] = n
+        box = 1
+        for a in self.op_axes:
+            width = 1
+            for atom, c in linear(simplify(self.absolute[a])).terms.items():
+                if not free_names(atom) & inner.keys():
+                    continue
+                if not isinstance(atom, Var):
+                    return False
+                width += abs(c) * (inner[atom.name] - 1)
+            box *= width
+        return box == math.prod(inner.values())
 
     def _check_tuple(self, body: TupleReduce) -> None:
         """A tuple reduction's values are combined together: their axis is not a loop of its own."""
@@ -111,7 +177,7 @@ class _NestBuilder:
                 if not (mode == "init" and free_names(e) & self.reduce_vars)
             ]
             return guard(guards, self._store(env, mode))
-        if mode == "update" and p == self.first_reduce:
+        if mode == "update" and p == self.first_reduce and self.tile_starts is None:
             return seq([self._loops(p, env, "init"), self._loop(p, env, "update")])
         if mode == "init" and self.stage.axis(self.leaves[p]).kind == "reduce":
             return self._loops(p + 1, env, mode)
@@ -265,11 +331,7 @@ class _NestBuilder:
                 e.pad = Padding(self)
             parts = []
             if load_first:
-                parts.append(
-                    self.lw.stage_nest(
-                        local.stage, self.env_for(e, drop=local.stage.source), region
-                    )
-                )
+                parts.append(self._tile_start(local, p, e, region))
             compute = self._loops(p + 1, e, mode)
             if e.pad is not None and e.pad.last:
                 # A tile wholly past the edge has no valid index to clamp to.
@@ -301,6 +363,27 @@ class _NestBuilder:
             cond = cond & c
         return If(cond, full, assume_below(edge, cond) if len(live) == 1 else edge)
 
+    def _tile_start(
+        self, local: Cache, p: int, env: Env, region: tuple[tuple[Expr, ...], tuple[Ext, ...]]
+    ) -> Stmt:
+        """A register tile inside a reduction loop: its partial sums loaded, or where it
+        starts its own sums (``_tile_starts``) the identity at the first iteration."""
+        e = self.env_for(env, drop=local.stage.source)
+        load = self.lw.stage_nest(local.stage, e, region)
+        if self.tile_starts != p:
+            return load
+        assert isinstance(self.body, Reduce)
+        start = identity(self.body.combiner, self.body.dtype)
+        fill = self.lw.stage_nest(local.stage, e, region, fill=start)
+        first: Expr = Const(True, "bool")
+        for leaf in self.leaves[self.first_reduce : p + 1]:
+            if self.stage.axis(leaf).kind == "reduce":
+                first = first & (self.names[leaf] < 1)
+        first = simplify(first, env.ranges)
+        if isinstance(first, Const):
+            return fill if first.value else load
+        return If(first, fill, load)
+
     def env_for(self, env: Env, drop: str) -> Env:
         e = env.child()
         e.caches.pop(drop, None)
@@ -322,6 +405,8 @@ class _NestBuilder:
                 src = region.relative(src, env.ranges)
             if self.write_back:
                 return Store(stage.source, src, Load(stage.name, leaf_idx, stage.tensor.dtype))
+            if self.fill is not None:
+                return Store(stage.name, leaf_idx, self.fill)
             return Store(stage.name, leaf_idx, Load(stage.source, src, stage.tensor.dtype))
         idx = tuple(self.absolute[a] for a in self.op_axes)
         target = self.lw.load(_read(stage, idx), env)
