@@ -17,17 +17,26 @@ from tuner.te import Tensor
 
 from ._conv_params import Conv2d
 
-__all__ = ["arguments", "finish", "padded", "stages"]
+__all__ = ["arguments", "finish", "image", "padded", "stages"]
 
 
-def padded(p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None) -> Tensor | None:
+def padded(
+    p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None, dequantize: bool = False
+) -> Tensor | None:
     """The zero-padded input stage ``Xp`` (None without padding), ``extent`` rows and columns
-    (by default the input's and ``pad`` on each side; more reads zeros past the image)."""
+    (by default the input's and ``pad`` on each side; more reads zeros past the image).
+
+    A quantized image is padded with its zero point; with ``dequantize``, ``Xp`` is
+    float32, each value ``image(X)`` (zero in the padding), so that a sum reading a
+    copied ``Xp`` converts each pixel once rather than at each of its window's taps.
+    """
     if p.pad == 0 and extent is None:
         return None
     pad, H, W = p.pad, p.H, p.W
     rows, cols = extent or (H + 2 * pad, W + 2 * pad)
-    fill = te.const(p.x_zero_point, X.dtype) if p.x_dtype != "float32" else 0.0
+    quantized = p.x_dtype != "float32"
+    fill = te.const(p.x_zero_point, X.dtype) if quantized and not dequantize else 0.0
+    value = image if dequantize else (lambda _, v: v)
 
     def inside(h: te.Expr, w: te.Expr) -> te.Expr:
         return (h >= pad) & (h < H + pad) & (w >= pad) & (w < W + pad)
@@ -35,14 +44,23 @@ def padded(p: Conv2d, X: Tensor, extent: tuple[int, int] | None = None) -> Tenso
     if p.nhwc:
         return te.compute(
             (p.N, rows, cols, p.C),
-            lambda n, h, w, c: te.if_then_else(inside(h, w), X[n, h - pad, w - pad, c], fill),
+            lambda n, h, w, c: te.if_then_else(
+                inside(h, w), value(p, X[n, h - pad, w - pad, c]), fill
+            ),
             name="Xp",
         )
     return te.compute(
         (p.N, p.C, rows, cols),
-        lambda n, c, h, w: te.if_then_else(inside(h, w), X[n, c, h - pad, w - pad], fill),
+        lambda n, c, h, w: te.if_then_else(inside(h, w), value(p, X[n, c, h - pad, w - pad]), fill),
         name="Xp",
     )
+
+
+def image(p: Conv2d, v: te.Expr) -> te.Expr:
+    """An image value as the sum reads it: a quantized one is ``float32(v) - zero point``."""
+    if p.x_dtype == "float32":
+        return v
+    return v.astype("float32") - float(p.x_zero_point)
 
 
 def stages(p: Conv2d) -> dict[str, Tensor]:
@@ -51,8 +69,7 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
     X = te.placeholder(xshape, p.x_dtype, name="X")
     Wt = te.placeholder(p.weight_shape, "float32", name="W")
     out: dict[str, Tensor] = {"X": X, "W": Wt}
-    Xp = padded(p, X)
-    src = X if Xp is None else Xp
+    Xp = padded(p, X, dequantize=True)
     if Xp is not None:
         out["Xp"] = Xp
     c = te.reduce_axis(p.Cg, name="rc")
@@ -68,17 +85,15 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
             return Wt[k // p.block, r, s, c, k % p.block]
         return Wt[r, s, c, k] if p.hwio else Wt[k, c, r, s]
 
-    def image(v: te.Expr) -> te.Expr:
-        if p.x_dtype == "float32":
-            return v
-        return v.astype("float32") - float(p.x_zero_point)
+    def pixel(*idx: te.Expr) -> te.Expr:
+        return image(p, X[idx]) if Xp is None else Xp[idx]
 
     name = "conv" if p.has_epilogue else "Y"
     if p.nhwc:
         conv = te.compute(
             (p.N, p.OH, p.OW, p.K),
             lambda n, oh, ow, k: te.sum(
-                image(src[n, oh * st + r * d, ow * st + s * d, chan(k)]) * weight(k),
+                pixel(n, oh * st + r * d, ow * st + s * d, chan(k)) * weight(k),
                 axis=[c, r, s],
             ),
             name=name,
@@ -87,7 +102,7 @@ def stages(p: Conv2d) -> dict[str, Tensor]:
         conv = te.compute(
             (p.N, p.K, p.OH, p.OW),
             lambda n, k, oh, ow: te.sum(
-                image(src[n, chan(k), oh * st + r * d, ow * st + s * d]) * weight(k),
+                pixel(n, chan(k), oh * st + r * d, ow * st + s * d) * weight(k),
                 axis=[c, r, s],
             ),
             name=name,

@@ -366,9 +366,9 @@ def _pixel_offsets(p: Conv2d, owr: int, ohr: int) -> list[int]:
     """Byte offsets of the input values a channels-last tile of OWR x OHR pixels reads at one
     reduction step (one input channel, one window tap), from its first pixel's.
 
-    A padded convolution reads rows padded to ``W + 2 * pad`` (``_conv_padding.pad_at``), else the
-    input itself."""
-    size = np.dtype(p.x_dtype).itemsize
+    A padded convolution reads rows padded to ``W + 2 * pad`` (``_conv_padding.pad_at``) of
+    float32 (a quantized image's too: ``_conv_define.padded``), else the input itself."""
+    size = 4 if p.pad else np.dtype(p.x_dtype).itemsize
     column = size * p.C * p.stride
     row = size * p.C * (p.W + 2 * p.pad) * p.stride
     return [oh * row + ow * column for oh in range(ohr) for ow in range(owr)]

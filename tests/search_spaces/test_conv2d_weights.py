@@ -124,7 +124,11 @@ def test_a_quantized_image_is_read_less_its_zero_point(p: Conv2d) -> None:
     w = (rng.standard_normal((p.K, p.Cg, p.R, p.S)) * 0.01).astype(np.float32)
     b = [rng.standard_normal(p.K).astype(np.float32)] if p.bias else []
     space = cv.config_space(p, target=AVX2)
-    cfgs = [space.validate(cv.default_config(p, target=AVX2)), space.sample(rng)]
+    default = space.validate(cv.default_config(p, target=AVX2))
+    # The padding at each of its places: a copy holds float32(x) - zero point, read as is;
+    # inline, the image is read less its zero point at each tap.
+    places = [{**default, "pad_at": at} for at in space.choices()["pad_at"]]
+    cfgs = [default, space.sample(rng), *[c for c in places if space.is_valid(c)]]
     want = cv.reference(p, x, p.pack_weights(w), *b)
     xf = x.astype(np.float32) - p.x_zero_point  # the same convolution of a float image
     floating = Conv2d.from_args({**p.__dict__, "x_dtype": "float32", "x_zero_point": 0})
