@@ -16,6 +16,10 @@ As stages (``Kp`` is K rounded up to whole groups of 4)::
                                * int32(Bp[j / NR, k / 4, j % NR, k % 4])
     C[i, j]             = P[i, j] - 128 * Bs[j]
 
+A uint8 ``A`` whose K is whole groups of 4 has no ``Au``: ``P`` reads its bytes where they
+are (a row's 4 bytes of a group are contiguous there too). A quantized model's int8
+activations become uint8 for this (``tuner.graph.quantized.unsigned_activations``).
+
 ``P`` is the GotoBLAS nest of ``search_spaces._gemm`` with its reduction split
 into groups of 4 and its register tile's vectors tensorized: each step of a
 tile row is one ``vpdpbusd`` per vector, the 4 bytes of A broadcast and 64 of
@@ -116,7 +120,16 @@ def define(
             return shifted(i, k)
         return te.if_then_else(k < K, shifted(i, last(k, K)), te.const(0, "uint8"))
 
-    Au = te.compute((-(-M // mr), Kp // DEPTH, mr, DEPTH), a_group, name="Au")
+    # Unsigned bytes in whole groups of 4 along a row are read where they are: each step
+    # broadcasts 4 contiguous bytes of a row, as from a panel.
+    in_place = not trans_a and not shift and Kp == K
+    Au = None if in_place else te.compute((-(-M // mr), Kp // DEPTH, mr, DEPTH), a_group, name="Au")
+
+    def a_byte(i: Any, k: Any) -> te.Expr:
+        if Au is None:
+            return A[i, k]
+        return Au[i // mr, k // DEPTH, i % mr, k % DEPTH]
+
     panels = -(-N // nr)
 
     def b_group(jn: Any, k4: Any, jr: Any, q: Any) -> te.Expr:
@@ -136,13 +149,13 @@ def define(
     P = te.compute(  # whole column panels: B's padding makes the columns past N zeros
         (M, panels * nr),
         lambda i, j: te.sum(
-            Au[i // mr, k // DEPTH, i % mr, k % DEPTH].astype("int32")
+            a_byte(i, k).astype("int32")
             * Bp[j // nr, k // DEPTH, j % nr, k % DEPTH].astype("int32"),
             axis=k,
         ),
         name="P",
     )
-    stages = {"Au": Au, "Bp": Bp, "Bs": Bs, "P": P}
+    stages = {"Bp": Bp, "Bs": Bs, "P": P, **({"Au": Au} if Au is not None else {})}
     if zero_point:
         stages["AZ"] = te.placeholder((1,), a_dtype, name="AZ")
     steps = parse_epilogue(epilogue)
@@ -256,7 +269,7 @@ def schedule(
         raise ValueError(f"target {target} has no int8 dot product (int8_dot_bits)")
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
     A, B, st = define(M, N, K, mr, nr, trans_a, trans_b, a_dtype, zero_point, epilogue, colsums)
-    Au, Bp, Bs, P, C = st["Au"], st["Bp"], st["Bs"], st["P"], st["C"]
+    Bp, Bs, P, C = st["Bp"], st["Bs"], st["P"], st["C"]
     s = te.create_schedule(C)
     lanes = target.lanes("int32")
     dot = intrinsic(intrin) if intrin else None
@@ -287,10 +300,12 @@ def schedule(
     _, jri = s[Bp].split(jr, factor=lanes)
     s[Bp].unroll(jri)
     s[Bp].unroll(q)
-    im, *_, qa = s[Au].op.axis  # once for all column blocks, in row panels
-    s[Au].unroll(qa)
-    if cfg["parallel"]:
-        s[Au].parallel(im)
+    if "Au" in st:  # once for all column blocks, in row panels
+        Au = st["Au"]
+        im, *_, qa = s[Au].op.axis
+        s[Au].unroll(qa)
+        if cfg["parallel"]:
+            s[Au].parallel(im)
     if colsums:
         return s, arguments(st, A, B)
     (j,) = s[Bs].op.axis

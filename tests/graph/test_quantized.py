@@ -15,7 +15,7 @@ import pytest
 from tuner.graph import Graph, Node, Value
 from tuner.graph.interpret import run_graph
 from tuner.graph.ops import opdef
-from tuner.graph.quantized import integer_linear
+from tuner.graph.quantized import integer_linear, unsigned_activations
 
 from .helpers import evaluate, lower_and_run
 
@@ -72,21 +72,26 @@ def test_the_channels_last_twin_is_the_same_convolution() -> None:
 
 
 def _qdq_conv(
-    group: int = 1, w_zero: int = 0, x_scale_size: int = 1, bias_dtype: str = "int32"
+    group: int = 1,
+    w_zero: int = 0,
+    x_scale_size: int = 1,
+    bias_dtype: str = "int32",
+    act: str = "uint8",
 ) -> Graph:
-    """x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Relu -> Q -> DQ -> y, as quantize_static writes."""
+    """x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Relu -> Q -> DQ -> y, as quantize_static writes
+    (activations of type ``act``)."""
     C, K = 4, 8
     wq = RNG.integers(-128, 128, (K, C // group, 3, 3)).astype(np.int8)
     consts = {
         "xs": np.full(x_scale_size, 0.03, np.float32),
-        "xz": np.full(x_scale_size, 3, np.uint8),
+        "xz": np.full(x_scale_size, 3, act),
         "wq": wq,
         "ws": (RNG.random(K) * 0.01 + 1e-3).astype(np.float32),
         "wz": np.full(K, w_zero, np.int8),
         "bq": RNG.integers(-500, 500, K).astype(bias_dtype),
         "bs": np.float32(0.03) * (RNG.random(K) * 0.01 + 1e-3).astype(np.float32),
         "ys": np.array(0.05, np.float32),
-        "yz": np.array(7, np.uint8),
+        "yz": np.array(-7 if act == "int8" else 7, act),
     }
     nodes = [
         Node("QuantizeLinear", ("x", "xs", "xz"), ("xq",), {"axis": 1}, "qx"),
@@ -99,9 +104,9 @@ def _qdq_conv(
         Node("DequantizeLinear", ("rq", "ys", "yz"), ("y",), {}, "dqr"),
     ]
     values = [Value.const(k, v) for k, v in consts.items()]
-    shapes = {"xq": ("uint8", (1, C, 6, 5)), "xd": ("float32", (1, C, 6, 5))}
+    shapes = {"xq": (act, (1, C, 6, 5)), "xd": ("float32", (1, C, 6, 5))}
     shapes.update({k: ("float32", (1, K, 6, 5)) for k in ("c", "r", "y")})
-    shapes["rq"] = ("uint8", (1, K, 6, 5))
+    shapes["rq"] = (act, (1, K, 6, 5))
     shapes["wd"] = ("float32", wq.shape)
     shapes["bd"] = ("float32", (K,))
     values += [Value(k, t, s) for k, (t, s) in shapes.items()]
@@ -119,6 +124,34 @@ def test_the_pass_makes_a_qdq_convolution_integer_and_keeps_its_meaning() -> Non
     want, got = run_graph(g, {"x": x})[0], run_graph(h, {"x": x})[0]
     steps = np.abs(got - want) / 0.05  # within one quantization step of the output
     assert steps.max() <= 1.001 and (steps > 0.5).mean() < 0.05
+
+
+def test_int8_activations_become_uint8_that_mean_the_same_numbers() -> None:
+    g = _qdq_conv(act="int8")
+    h = unsigned_activations(g)
+    quantized = [n.outputs[0] for n in h.nodes if n.op == "QuantizeLinear"]
+    assert [h.value(q).dtype for q in quantized] == ["uint8", "uint8"]
+    zero_points = [h.const(n.inputs[2]) for n in h.nodes if n.inputs[0] in quantized]
+    assert [int(z.reshape(-1)[0]) for z in zero_points] == [131, 121]  # 3 and -7, plus 128
+    x = RNG.standard_normal((1, 4, 6, 5)).astype(np.float32) * 4  # some values saturate
+    np.testing.assert_array_equal(run_graph(h, {"x": x})[0], run_graph(g, {"x": x})[0])
+    qconv = next(n for n in integer_linear(g).nodes if n.op == "tuner.QConv")
+    assert integer_linear(g).value(qconv.inputs[0]).dtype == "uint8"
+
+
+def test_an_int8_value_the_caller_sees_or_a_non_dequantizer_reads_stays_int8() -> None:
+    g = _qdq_conv(act="int8")
+    seen = Graph.make([g.value(i) for i in g.inputs], g.nodes, list(g.values.values()), ["y", "rq"])
+    h = unsigned_activations(seen)
+    assert h.value("rq").dtype == "int8" and h.value("xq").dtype == "uint8"
+    nodes = [*g.nodes, Node("Cast", ("xq",), ("xc",), {"to": 1}, "cast")]
+    read = Graph.make(
+        [g.value(i) for i in g.inputs],
+        nodes,
+        [*g.values.values(), Value("xc", "float32", (1, 4, 6, 5))],
+        ["y", "xc"],
+    )
+    assert unsigned_activations(read).value("xq").dtype == "int8"
 
 
 def test_the_pass_takes_grouped_convolutions_too() -> None:

@@ -76,6 +76,18 @@ def test_the_default_matches_numpy(
         assert "dot_u8s8_i32x16(" in source
 
 
+@pytest.mark.parametrize(
+    ("K", "a_dtype", "in_place"), [(144, "uint8", True), (27, "uint8", False), (144, "int8", False)]
+)
+def test_unsigned_bytes_in_whole_groups_of_4_are_read_where_they_are(
+    K: int, a_dtype: str, in_place: bool
+) -> None:
+    """Only an int8 A (shifted by 128) or a K of ragged groups is copied into panels first."""
+    args = OP.parse_args({"M": 37, "N": 48, "K": K, "a_dtype": a_dtype, "epilogue": EPILOGUES[2]})
+    source = _check(args, OP.default_config(args, HOST))
+    assert ("Au" not in source) == in_place
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     shape=st.sampled_from([(1, 17, 9), (23, 16, 4), (40, 61, 131), (64, 96, 64), (49, 24, 36)]),

@@ -20,6 +20,10 @@ again. The casts to int32 and back after a matrix product go (its sums are integ
 The float graph between quantized tensors (a residual add of two dequantized values) is
 left as it is.
 
+First, each int8 activation becomes uint8 (:func:`unsigned_activations`): the
+instruction multiplies unsigned bytes by signed ones, and an int8 image had to be copied
+with 128 added before every product; a uint8 one is read where it is.
+
 A convolution qualifies when its image is dequantized with one scale and zero point
 (constants), its weight is a constant int8 tensor dequantized with zero zero points and
 one scale or one per output channel, and its bias is a float constant or a dequantized
@@ -44,7 +48,7 @@ from .ops import opdef
 from .ops.quant_linear import QCONV, QMATMUL
 from .rewrite import Names, Uses, replace_nodes
 
-__all__ = ["integer_linear"]
+__all__ = ["integer_linear", "unsigned_activations"]
 
 _DQ = "DequantizeLinear"
 
@@ -164,9 +168,69 @@ def _round_trip(uses: Uses, name: str) -> list[Node]:
 _FLOAT, _INT32 = 1, 6
 
 
+#: What an int8 value adds to become the uint8 value of the same real number.
+_SHIFT = 128
+
+
+def unsigned_activations(graph: Graph) -> Graph:
+    """``graph`` with each int8 activation quantized to uint8 instead, its zero points 128 more.
+
+    A QuantizeLinear with a constant int8 zero point ``z`` whose output only
+    DequantizeLinears read (and the caller does not see) writes uint8 with zero
+    point ``z + 128``, and its readers dequantize with theirs 128 more: ``q' = q +
+    128`` exactly (the rounding and the clamp move with it), and ``(q' - (z' + 128))
+    * s`` is ``(q - z') * s``. Everything after reads the same real numbers.
+    """
+    uses, names = Uses(graph), Names(graph)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    replaced: dict[int, Node] = {}
+    values: list[Value] = []
+    shifted: dict[str, str] = {}  # an int8 zero point's uint8 twin
+
+    def twin(name: str) -> str:
+        zp = _const(graph, name) if name else np.zeros(1, np.int8)
+        assert zp is not None and zp.dtype == np.int8
+        if name not in shifted:
+            data = (zp.astype(np.int16) + _SHIFT).astype(np.uint8)
+            v = Value.const(names(f"{name or 'zero_point'}_uint8"), data)
+            values.append(v)
+            shifted[name] = v.name
+        return shifted[name]
+
+    for i, q in enumerate(graph.nodes):
+        if q.op != "QuantizeLinear" or len(q.inputs) < 3 or q.outputs[0] in uses.outputs:
+            continue
+        readers = uses.consumers.get(q.outputs[0], [])
+        zero = _const(graph, q.inputs[2])
+        if not readers or zero is None or zero.dtype != np.int8:
+            continue
+        if any(r.op != _DQ or list(r.inputs).count(q.outputs[0]) != 1 for r in readers):
+            continue
+        zps = [r.inputs[2] if len(r.inputs) > 2 else "" for r in readers]
+        if any(_const(graph, z) is None and z for z in zps):
+            continue
+        if any(_const(graph, z) is not None and graph.value(z).dtype != "int8" for z in zps):
+            continue
+        attrs = {k: v for k, v in q.attrs.items() if k != "output_dtype"}
+        replaced[i] = dataclasses.replace(q, inputs=(*q.inputs[:2], twin(q.inputs[2])), attrs=attrs)
+        values.append(dataclasses.replace(graph.value(q.outputs[0]), dtype="uint8"))
+        for r, z in zip(readers, zps, strict=True):
+            at = index[id(r)]
+            new = (*r.inputs[:2], twin(z), *r.inputs[3:])
+            replaced[at] = dataclasses.replace(replaced.get(at, r), inputs=new)
+    if not replaced:
+        return graph
+    return replace_nodes(graph, replaced, set(), values)
+
+
 def integer_linear(graph: Graph) -> Graph:
     """``graph`` with each qualifying convolution a ``tuner.QConv`` and each qualifying
-    matrix product a ``tuner.QMatMul`` (the module's docstring)."""
+    matrix product a ``tuner.QMatMul`` (the module's docstring), its int8 activations
+    uint8 (:func:`unsigned_activations`) when any is."""
+    return _integer_linear(unsigned_activations(graph))
+
+
+def _integer_linear(graph: Graph) -> Graph:
     uses, names = Uses(graph), Names(graph)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     replaced: dict[int, Node] = {}
