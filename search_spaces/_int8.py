@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from tuner import te
 from tuner.lower.intrin import dot_intrinsic, intrinsic
 from tuner.schedule import Schedule
@@ -53,7 +55,17 @@ from ._gemm import (
     tile_registers,
 )
 
-__all__ = ["DEPTH", "arguments", "blocks_fit", "define", "dot_default", "schedule", "supported"]
+__all__ = [
+    "DEPTH",
+    "arguments",
+    "blocks_fit",
+    "define",
+    "dot_default",
+    "pack_panels",
+    "schedule",
+    "supported",
+    "unpack_panels",
+]
 
 #: Bytes of A and B per int32 lane and step of the instruction.
 DEPTH = 4
@@ -82,6 +94,7 @@ def define(
     zero_point: bool = False,
     epilogue: str = NONE,
     colsums: bool = False,
+    b_panels: bool = False,
 ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """``A``, ``B`` and the stages (``Au``, ``Bp``, ``Bs``, ``P``, ``C``) of the module docstring.
 
@@ -91,17 +104,24 @@ def define(
     (int32, a constant weight's, summed once at compile time) instead of a stage summed at
     each call. An ``epilogue`` (``search_spaces._epilogue``) runs on
     ``float32(C)``; its extra inputs ``E0``... are float32 and ``C`` is float32, or the
-    integer type of a quantizing last step.
+    integer type of a quantizing last step. With ``b_panels`` B is given as ``Bp`` would
+    be (a constant weight laid out once: :func:`pack_panels`), and there is no ``Bp``.
     """
     A = te.placeholder((K, M) if trans_a else (M, K), a_dtype, name="A")
-    B = te.placeholder((N, K) if trans_b else (K, N), "int8", name="B")
     Kp = padded(K)
+    panels = -(-N // nr)
+    if b_panels:
+        B = te.placeholder((panels, Kp // DEPTH, nr, DEPTH), "int8", name="B")
+    else:
+        B = te.placeholder((N, K) if trans_b else (K, N), "int8", name="B")
     shift = _SHIFT if a_dtype == "int8" else 0
 
     def a_at(i: Any, k: Any) -> te.Expr:
         return A[k, i] if trans_a else A[i, k]
 
     def b_at(k: Any, j: Any) -> te.Expr:
+        if b_panels:
+            return B[j // nr, k // DEPTH, j % nr, k % DEPTH]
         return B[j, k] if trans_b else B[k, j]
 
     def last(x: Any, n: int) -> te.Expr:
@@ -130,8 +150,6 @@ def define(
             return A[i, k]
         return Au[i // mr, k // DEPTH, i % mr, k % DEPTH]
 
-    panels = -(-N // nr)
-
     def b_group(jn: Any, k4: Any, jr: Any, q: Any) -> te.Expr:
         k, j = k4 * DEPTH + q, jn * nr + jr
         if Kp == K and panels * nr == N:
@@ -139,7 +157,7 @@ def define(
         inside = (k < K) & (j < N)
         return te.if_then_else(inside, b_at(last(k, K), last(j, N)), te.const(0, "int8"))
 
-    Bp = te.compute((panels, Kp // DEPTH, nr, DEPTH), b_group, name="Bp")
+    Bp = B if b_panels else te.compute((panels, Kp // DEPTH, nr, DEPTH), b_group, name="Bp")
     r = te.reduce_axis(K, name="r")
     if colsums:
         Bs = te.placeholder((N,), "int32", name="BS")
@@ -155,7 +173,9 @@ def define(
         ),
         name="P",
     )
-    stages = {"Bp": Bp, "Bs": Bs, "P": P, **({"Au": Au} if Au is not None else {})}
+    stages = {"Bs": Bs, "P": P, **({"Au": Au} if Au is not None else {})}
+    if not b_panels:
+        stages["Bp"] = Bp
     if zero_point:
         stages["AZ"] = te.placeholder((1,), a_dtype, name="AZ")
     steps = parse_epilogue(epilogue)
@@ -176,6 +196,22 @@ def define(
 
     C = te.compute((M, N), output, name="C")
     return A, B, {**stages, **{e.name: e for e in extras}, "C": C}
+
+
+def pack_panels(b: np.ndarray, nr: int) -> np.ndarray:
+    """A ``[K, N]`` int8 matrix as ``Bp`` holds it: ``[ceil(N/nr)][Kp/4][nr][4]``, zeros past
+    K and N (what a model stores for a constant weight, once)."""
+    K, N = b.shape
+    Kp, panels = padded(K), -(-N // nr)
+    wide = np.zeros((Kp, panels * nr), np.int8)
+    wide[:K, :N] = b
+    return np.ascontiguousarray(wide.reshape(Kp // DEPTH, DEPTH, panels, nr).transpose(2, 0, 3, 1))
+
+
+def unpack_panels(p: np.ndarray, K: int, N: int) -> np.ndarray:
+    """The ``[K, N]`` matrix of panels made by :func:`pack_panels`."""
+    panels, groups, nr, depth = p.shape
+    return p.transpose(1, 3, 0, 2).reshape(groups * depth, panels * nr)[:K, :N]
 
 
 def arguments(st: Mapping[str, Tensor], A: Tensor, B: Tensor) -> list[Tensor]:
@@ -260,6 +296,7 @@ def schedule(
     zero_point: bool = False,
     epilogue: str = NONE,
     colsums: bool = False,
+    b_panels: bool = False,
 ) -> tuple[Schedule, list[Tensor]]:
     """The nest of the module docstring for ``cfg`` (the matmul space's knobs); the
     arguments of :func:`define` after the target. ``int8_dot`` False (or a target without
@@ -268,8 +305,10 @@ def schedule(
     if cfg.get("int8_dot", True) and intrin is None:
         raise ValueError(f"target {target} has no int8 dot product (int8_dot_bits)")
     mr, nr = int(cfg["mr"]), int(cfg["nr"])
-    A, B, st = define(M, N, K, mr, nr, trans_a, trans_b, a_dtype, zero_point, epilogue, colsums)
-    Bp, Bs, P, C = st["Bp"], st["Bs"], st["P"], st["C"]
+    A, B, st = define(
+        M, N, K, mr, nr, trans_a, trans_b, a_dtype, zero_point, epilogue, colsums, b_panels
+    )
+    Bs, P, C = st["Bs"], st["P"], st["C"]
     s = te.create_schedule(C)
     lanes = target.lanes("int32")
     dot = intrinsic(intrin) if intrin else None
@@ -295,11 +334,13 @@ def schedule(
     # Integer code is vectorized by LLVM's SLP pass here (the kernel has register tiles),
     # which needs straight-line code: one vector's lanes of the correction (above), and one
     # 64-byte group of a panel (16 columns x 4 rows of B), unrolled in the source.
-    s[Bp].compute_at(s[P], loops.ko)
-    *_, jr, q = s[Bp].op.axis
-    _, jri = s[Bp].split(jr, factor=lanes)
-    s[Bp].unroll(jri)
-    s[Bp].unroll(q)
+    if "Bp" in st:
+        Bp = st["Bp"]
+        s[Bp].compute_at(s[P], loops.ko)
+        *_, jr, q = s[Bp].op.axis
+        _, jri = s[Bp].split(jr, factor=lanes)
+        s[Bp].unroll(jri)
+        s[Bp].unroll(q)
     if "Au" in st:  # once for all column blocks, in row panels
         Au = st["Au"]
         im, *_, qa = s[Au].op.axis
@@ -310,7 +351,7 @@ def schedule(
         return s, arguments(st, A, B)
     (j,) = s[Bs].op.axis
     (r,) = s[Bs].op.reduce_axis
-    if not trans_b:  # B's rows are contiguous: sum them into a vector of columns
+    if not trans_b and not b_panels:  # B's rows are contiguous: sum them into a vector
         jo, ji = s[Bs].split(j, factor=16 * lanes)
         s[Bs].reorder(jo, r, ji)
         s[Bs].vectorize(ji)

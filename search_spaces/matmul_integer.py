@@ -15,6 +15,10 @@ convolutions reach it channels-last, as ``A = X[H*W, C]`` (or its windows,
 operands' scales, adds the bias, applies the activation and quantizes
 (``quant_int8:<scale>:<zero_point>``: the output is int8).
 
+A model's constant weight comes laid out in the register tile's panels (``b_panels``,
+``_int8.pack_panels``, once at compile time), which the kernel reads as they are; a
+``B`` of ``[K, N]`` is packed into them at every call (a pass over B for each block of rows).
+
 The nest is ``search_spaces._int8``'s: on a target with an int8 dot product (x86 VNNI)
 each register-tile step is one ``vpdpbusd`` per vector, A's bytes taken as they
 are when they are uint8 and shifted into that range when int8; the zero point
@@ -38,7 +42,7 @@ from tuner.space import ConfigSpace
 from tuner.target import Target
 from tuner.te import Tensor
 
-from . import Operator, Param, register_operator
+from . import Operator, OperatorError, Param, register_operator
 from . import _int8 as int8_dot
 from ._epilogue import NONE, PARAM_DOC
 from ._epilogue import parse as parse_epilogue
@@ -64,13 +68,20 @@ def reference(
     trans_b: bool = False,
     epilogue: str = NONE,
     colsums: bool = False,
+    b_panels: int = 0,
+    K: int = 0,
+    N: int = 0,
 ) -> np.ndarray:
     """The exact int32 product of the zero-point-shifted A and B; an epilogue on its float32.
+
+    With ``b_panels`` B is given in panels (``_int8.pack_panels``) of a ``K x N`` matrix.
 
     With ``colsums`` the first extra is ``BS``, taken as B's column sums: the product is
     computed as the kernel does, ``sum_k u(A) B - (shift + AZ) * BS`` (``u(A)`` A itself
     for uint8, ``A + 128`` for int8), which is the product where BS is what it says.
     """
+    if b_panels:
+        b = int8_dot.unpack_panels(b, K, N)
     b = b.T if trans_b else b
     zero = np.int64(az.reshape(-1)[0])
     if colsums:
@@ -89,13 +100,21 @@ def reference(
 
 
 def config_space(
-    M: int, N: int, K: int, trans_b: bool = False, target: Target | None = None
+    M: int, N: int, K: int, trans_b: bool = False, target: Target | None = None, b_panels: int = 0
 ) -> ConfigSpace:
     """The int8 GotoBLAS knobs (tile, KC, MC, NC, k unrolling, threads) and ``int8_dot``,
-    offered where the target has the instruction."""
+    offered where the target has the instruction; the tile as wide as B's panels where B
+    comes in panels."""
     tgt = resolve(target)
     sp = ConfigSpace()
     define_gemm_knobs(sp, M, N, K, tgt, "int8")
+    if b_panels:
+        if b_panels not in nr_choices(tgt):
+            raise OperatorError(
+                f"matmul_integer b_panels {b_panels} is no tile width of this target"
+                f" ({', '.join(map(str, nr_choices(tgt)))})"
+            )
+        sp.add_constraint(lambda c: c["nr"] == b_panels, f"B's panels are {b_panels} wide")
     sp.define_knob("parallel", [True, False])
     sp.define_knob("parallel_at", ["cols", "rows"])
     sp.define_knob("p_at", ["block", "root"])
@@ -115,7 +134,9 @@ def config_space(
     return sp.freeze()
 
 
-def default_config(M: int, N: int, K: int, target: Target | None = None) -> dict[str, Any]:
+def default_config(
+    M: int, N: int, K: int, target: Target | None = None, b_panels: int = 0
+) -> dict[str, Any]:
     """``search_spaces._int8.dot_default``'s tile and blocks, the tile's width a divisor of
     N where one fits (else the product is computed at the root, whole panels wide: a tile
     at a column edge runs as plain loops), row blocks in parallel over few columns.
@@ -128,7 +149,11 @@ def default_config(M: int, N: int, K: int, target: Target | None = None) -> dict
     if not out["int8_dot"]:
         out["k_unroll"] = 1
     lanes, mr, nr = tgt.lanes("int32"), int(out["mr"]), int(out["nr"])
-    if N % nr:
+    if b_panels and b_panels != nr:  # B's panels set the tile's width
+        nr = b_panels
+        fit = accumulator_budget(tgt) // -(-nr // lanes)
+        mr = max(m for m in mr_choices(tgt) if m <= max(1, min(mr, fit)))
+    elif N % nr:
         wide = [n for n in nr_choices(tgt) if N % n == 0 and n <= 2 * nr]
         if wide:
             nr = max(wide)
@@ -182,12 +207,16 @@ def schedule(
         zero_point=True,
         epilogue=str(a["epilogue"]),
         colsums=bool(a.get("colsums", False)),
+        b_panels=bool(a.get("b_panels", 0)),
     )
 
 
-def _check_epilogue(text: str) -> None:
-    """A bad epilogue text is an OperatorError of one line (``parse`` raises it)."""
-    parse_epilogue(text)
+def _check(a: Mapping[str, Any]) -> None:
+    """A bad epilogue text is an OperatorError of one line (``parse`` raises it); so are
+    panels of a transposed B."""
+    parse_epilogue(str(a["epilogue"]))
+    if a.get("b_panels", 0) and a["trans_b"]:
+        raise OperatorError("matmul_integer b_panels takes B as panels: trans_b is False")
 
 
 def _flops(a: Mapping[str, Any]) -> float:
@@ -212,6 +241,9 @@ def _registry_reference(*arrays: np.ndarray, **args: Any) -> np.ndarray:
         trans_b=bool(args["trans_b"]),
         epilogue=str(args["epilogue"]),
         colsums=bool(args.get("colsums", False)),
+        b_panels=int(args.get("b_panels", 0)),
+        K=int(args["K"]),
+        N=int(args["N"]),
     )
 
 
@@ -234,13 +266,25 @@ register_operator(
                 doc="B's column sums are an input BS (int32, after AZ): a constant weight's,"
                 " summed once instead of at each call",
             ),
+            Param(
+                "b_panels",
+                int,
+                0,
+                doc="B is given in panels of this many columns ([N/b_panels][K/4][b_panels][4],"
+                " zeros past K and N): a constant weight laid out once; the tile's width",
+                minimum=0,
+            ),
         ),
-        space=lambda a, t: config_space(a["M"], a["N"], a["K"], a["trans_b"], t),
+        space=lambda a, t: config_space(
+            a["M"], a["N"], a["K"], a["trans_b"], t, int(a.get("b_panels", 0))
+        ),
         schedule=schedule,
-        default_config=lambda a, t: default_config(a["M"], a["N"], a["K"], t),
+        default_config=lambda a, t: default_config(
+            a["M"], a["N"], a["K"], t, int(a.get("b_panels", 0))
+        ),
         reference=_registry_reference,
         flops=_flops,
         bytes_moved=_bytes,
-        check=lambda a: _check_epilogue(str(a["epilogue"])),
+        check=_check,
     )
 )

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import tuner
 from search_spaces import OperatorError, get_operator
 from search_spaces._epilogue import parse
+from search_spaces._int8 import pack_panels, unpack_panels
 from tuner.lower.intrin import dot_intrinsic
 from tuner.target import Target
 
@@ -30,8 +31,9 @@ def _inputs(args: dict, seed: int) -> list[np.ndarray]:
     a = OP.make_inputs(args, seed=seed, target=HOST)
     steps = parse(args["epilogue"])
     # per-channel scales small enough that a quantized output is not all saturated
-    extras = [(rng.random(x.shape) * 2e-4).astype(np.float32) for x in a[3:]]
-    return [*a[:3], *extras][: 3 + len(steps.extras)]
+    given = 4 if args.get("colsums") else 3  # A, B, AZ (and BS)
+    extras = [(rng.random(x.shape) * 2e-4).astype(np.float32) for x in a[given:]]
+    return [*a[:given], *extras][: given + len(steps.extras)]
 
 
 def _check(args: dict, cfg: dict, seed: int = 0) -> str:
@@ -86,6 +88,48 @@ def test_unsigned_bytes_in_whole_groups_of_4_are_read_where_they_are(
     args = OP.parse_args({"M": 37, "N": 48, "K": K, "a_dtype": a_dtype, "epilogue": EPILOGUES[2]})
     source = _check(args, OP.default_config(args, HOST))
     assert ("Au" not in source) == in_place
+
+
+def test_panels_hold_the_matrix_with_zeros_past_its_edges() -> None:
+    b = np.random.default_rng(2).integers(-128, 128, (27, 50)).astype(np.int8)
+    p = pack_panels(b, 16)
+    assert p.shape == (4, 7, 16, 4)  # 50 columns in panels of 16, 27 rows in groups of 4
+    np.testing.assert_array_equal(unpack_panels(p, 27, 50), b)
+    assert np.count_nonzero(p) == np.count_nonzero(b)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shape=st.sampled_from([(1, 1000, 64), (23, 24, 36), (49, 17, 27), (64, 96, 16)]),
+    a_dtype=st.sampled_from(["uint8", "int8"]),
+    epilogue=st.sampled_from(EPILOGUES),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_b_in_panels_matches_numpy(
+    shape: tuple[int, int, int], a_dtype: str, epilogue: str, seed: int
+) -> None:
+    """B given as a model lays out a constant weight (``b_panels``): the default of those
+    panels' width and random configs of its space (every tile that wide)."""
+    M, N, K = shape
+    raw = {"M": M, "N": N, "K": K, "a_dtype": a_dtype, "epilogue": epilogue, "colsums": True}
+    nr = OP.default_config(OP.parse_args(raw), HOST)["nr"]
+    args = OP.parse_args({**raw, "b_panels": nr})
+    space = OP.space(args, HOST)
+    default = OP.default_config(args, HOST)
+    assert default["nr"] == nr and space.is_valid(default)
+    sample = dict(space.sample(np.random.default_rng(seed)))
+    assert sample["nr"] == nr
+    for cfg in (default, sample):
+        source = _check(args, cfg, seed)
+        assert "Bp" not in source  # read as given, not packed at each call
+
+
+def test_panels_of_a_transposed_b_or_of_no_tile_width_are_refused() -> None:
+    with pytest.raises(OperatorError, match="trans_b"):
+        OP.parse_args({"M": 4, "N": 16, "K": 8, "trans_b": True, "b_panels": 16})
+    args = OP.parse_args({"M": 4, "N": 16, "K": 8, "b_panels": 5})
+    with pytest.raises(OperatorError, match="no tile width"):
+        OP.space(args, HOST)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
