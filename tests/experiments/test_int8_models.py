@@ -37,4 +37,6 @@ def test_a_small_cnn_gets_a_row_with_its_agreement_and_times(tmp_path: Path) -> 
     assert not row["error"], row["error"]
     assert row["agreement"].startswith("top-1 ") and row["agreement"].endswith("/4")
     assert row["onnxruntime_self"].startswith("top-1 ") and row["onnxruntime_self"].endswith("/4")
+    same, decided = map(int, row["decided_agreement"].removeprefix("top-1 ").split("/"))
+    assert 0 <= same <= decided <= 4
     assert float(row["tuner_int8_ms"]) > 0 and float(row["x_onnxruntime"]) > 0
