@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -132,7 +133,9 @@ def test_the_output_check_scales_its_absolute_tolerance_with_the_output() -> Non
     assert matches(zeros, zeros, 1e-3, 1e-3) and not matches(zeros + 0.01, zeros, 1e-3, 1e-3)
 
 
-def test_the_runner_warms_a_kernel_up_until_it_is_no_faster() -> None:
+def test_the_runner_warms_a_kernel_up_until_it_is_no_faster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Its threads sleep between candidates: untimed blocks of runs go on until one is no
     faster than the one before, for ``warm_seconds`` at most."""
     from tuner.measure import _child
@@ -175,11 +178,22 @@ def test_the_runner_warms_a_kernel_up_until_it_is_no_faster() -> None:
     _child._warm(Faster(), 0.05)  # its seconds add up to less than 0.05: the clock ends it
     assert time.perf_counter() - start < 1.0
     opts = MeasureOptions(samples=3, min_sample_seconds=0.004, warm_seconds=0.1, warmup=0)
+    monkeypatch.setattr(_child, "_last_timed", -math.inf)  # no kernel timed just before
     samples = _child._time(Waking(lambda i: 0.002 if i < 8 else 0.001), opts)
     assert samples == [0.001] * 3, "no sample is taken before the kernel is awake"
     cold = Waking(lambda i: 0.001)
     _child._warm(cold, 0.0)
     assert cold.calls == 0
+    # Straight after another kernel's timing the cores are awake: blocks until one is no
+    # faster, without the first stretch.
+    busy = Waking(lambda i: 0.001)
+    _child._warm(busy, 0.1, awake=True)
+    assert busy.calls < least
+    faster = Waking(lambda i: 0.001 * (1 + max(0, 30 - i) / 30))  # on while blocks get faster
+    _child._warm(faster, 0.1, awake=True)
+    assert faster.calls >= 20
+    _child._time(Waking(lambda i: 0.001), opts)
+    assert time.perf_counter() - _child._last_timed < 1.0  # the next candidate's is short
 
 
 def test_a_candidate_is_loaded_and_checked_once_over_its_passes(monkeypatch) -> None:  # type: ignore[no-untyped-def]

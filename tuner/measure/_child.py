@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -123,15 +124,16 @@ def _time(timer: Any, opts: MeasureOptions, cut_above: float = 0.0) -> list[floa
     ``tuner.codegen.Timer``). The block that settles the count is the first
     sample; where it is above ``cut_above`` seconds (when set), it is the only one.
     """
+    global _last_timed
     for _ in range(opts.warmup):
         timer.run()
-    _warm(timer, opts.warm_seconds)
+    _warm(timer, opts.warm_seconds, awake=time.perf_counter() - _last_timed < _AWAKE)
     reps, elapsed = reps_for(timer.seconds, opts.min_sample_seconds)
     samples = [elapsed / reps]
-    if 0 < cut_above < samples[0]:
-        return samples
-    while len(samples) < opts.samples:
-        samples.append(timer.seconds(reps) / reps)
+    if not 0 < cut_above < samples[0]:
+        while len(samples) < opts.samples:
+            samples.append(timer.seconds(reps) / reps)
+    _last_timed = time.perf_counter()
     return samples
 
 
@@ -141,11 +143,16 @@ _WARM_BLOCK = 0.004
 _WARM_LEAST = 0.02
 #: A block at most this much faster than the one before it is as fast as the kernel gets.
 _SETTLED = 0.02
+#: Seconds since the last timing within which the cores count as still awake (``_warm``).
+_AWAKE = 0.005
+#: When this process last finished timing a kernel (``time.perf_counter``).
+_last_timed = -math.inf
 
 
-def _warm(timer: Any, most: float) -> None:
+def _warm(timer: Any, most: float, awake: bool = False) -> None:
     """Untimed blocks of runs: for ``_WARM_LEAST`` seconds, then until one is no faster than
-    the one before, for ``most`` seconds in all.
+    the one before, for ``most`` seconds in all; with ``awake`` (another kernel was timed
+    just before: the threads and cores have not idled) only until one is no faster.
 
     A runner's threads (and the cores under them) idle while it waits for the
     next candidate, and a kernel runs slower until they are awake: a
@@ -154,17 +161,20 @@ def _warm(timer: Any, most: float) -> None:
     a second idle, 1.07 from the second call). A fixed 0.1 s of warm-up per
     candidate and pass was most of a tune's measuring time; the warm-up now
     watches the speed instead, in blocks of at least ``_WARM_BLOCK`` seconds,
-    after a first stretch long enough for a wake-up that takes its time.
+    after a first stretch long enough for a wake-up that takes its time. The later passes
+    over a batch time its kernels back to back, each straight after the one before: that
+    stretch was a fifth of a 3 x 3 convolution candidate's cost, for cores already awake.
     """
     if most <= 0:
         return
+    least = 0.0 if awake else _WARM_LEAST
     t0 = time.perf_counter()
     reps, before = reps_for(timer.seconds, _WARM_BLOCK)
     spent = before  # the seconds of the runs, as the timer counts them (a GPU's: its events)
     while spent < most and time.perf_counter() - t0 < most:
         now = timer.seconds(reps)
         spent += now
-        if now >= before * (1 - _SETTLED) and spent >= _WARM_LEAST:
+        if now >= before * (1 - _SETTLED) and spent >= least:
             return
         before = now
 
