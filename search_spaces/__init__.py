@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ __all__ = [
     "Param",
     "canonical_records",
     "get_operator",
+    "is_builtin",
     "operators",
     "register_operator",
 ]
@@ -164,12 +166,19 @@ def _kind_words(p: Param) -> str:
 
 
 _REGISTRY: dict[str, Operator] = {}
+#: Operators registered by this package's own modules (not by a plugin): ``is_builtin``.
+_BUILTIN: set[str] = set()
 
 
 def register_operator(op: Operator) -> Operator:
     """Make ``op`` known by name. Its reference is called as ``reference(*inputs, **args)``
     (the parsed arguments as keywords); one that needs no arguments may leave them out.
     """
+    caller = str(sys._getframe(1).f_globals.get("__name__", ""))
+    if caller == __name__ or caller.startswith(f"{__name__}."):
+        _BUILTIN.add(op.name)
+    else:  # a plugin's, or a plugin's over a built-in name
+        _BUILTIN.discard(op.name)
     if not any(
         p.kind is inspect.Parameter.VAR_KEYWORD
         for p in inspect.signature(op.reference).parameters.values()
@@ -178,6 +187,14 @@ def register_operator(op: Operator) -> Operator:
         op = dataclasses.replace(op, reference=lambda *inputs, **_: plain(*inputs))
     _REGISTRY[op.name] = op
     return op
+
+
+def is_builtin(name: str) -> bool:
+    """Whether operator ``name`` is this package's own, registered by its modules: its code
+    is what the kernel index's fingerprint covers (``tuner.codegen.index``), where a
+    plugin's compute is not."""
+    _load_builtin()
+    return name in _BUILTIN
 
 
 def get_operator(name: str) -> Operator:

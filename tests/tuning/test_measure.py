@@ -342,6 +342,30 @@ def test_a_built_in_candidate_is_indexed_for_the_runner_and_a_plugins_is_not(
     assert kernel.lowered is not None  # restored from the index, lowered again on demand
     assert build_candidate(cand("t_double"))[0] == ErrorKind.OK.value
     assert len(list((tmp_path / "index").glob("*.json"))) == 1
+    # softmax's schedule is a functools.partial: built-in all the same
+    softmax = get_operator("softmax")
+    sargs = softmax.parse_args({"M": 4, "N": 8})
+    sconfig = dict(softmax.default_config(sargs, target))
+    assert (
+        build_candidate(Candidate("softmax", sargs, sconfig, target.to_json()))[0]
+        == ErrorKind.OK.value
+    )
+    assert len(list((tmp_path / "index").glob("*.json"))) == 2
+
+
+def test_an_operator_is_built_in_when_this_package_registers_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses as dc
+
+    import search_spaces
+    from search_spaces import get_operator, is_builtin, register_operator
+
+    assert is_builtin("matmul") and is_builtin("softmax") and not is_builtin("t_double")
+    monkeypatch.setattr(search_spaces, "_REGISTRY", dict(search_spaces._REGISTRY))
+    monkeypatch.setattr(search_spaces, "_BUILTIN", set(search_spaces._BUILTIN))
+    register_operator(dc.replace(get_operator("matmul")))  # a plugin's over a built-in name
+    assert not is_builtin("matmul")
 
 
 def test_build_workers_killed_between_batches_are_replaced() -> None:

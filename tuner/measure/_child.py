@@ -67,7 +67,7 @@ def _kernel(c: Candidate):  # type: ignore[no-untyped-def]
     candidate took to load, Zen 4)."""
     import json
 
-    from search_spaces import get_operator
+    from search_spaces import get_operator, is_builtin
 
     from ..codegen import build
     from ..codegen.index import indexed
@@ -76,7 +76,7 @@ def _kernel(c: Candidate):  # type: ignore[no-untyped-def]
 
     op, target = get_operator(c.op), Target.from_json(c.target)
     sched, tensors = op.schedule(op.space(c.args, target).validate(c.config), c.args, target)
-    if getattr(op.schedule, "__module__", "").partition(".")[0] != "search_spaces":
+    if not is_builtin(c.op):
         # A plugin's operator: the index's code fingerprint does not cover its compute, so a
         # changed definition with the same schedule trace would load the old kernel.
         return op, tensors, build(sched, tensors, target=target)
