@@ -19,9 +19,11 @@ same thread count:
   between QuantizeLinear and DequantizeLinear, others as QLinearConv);
 - decided_agreement: the CNNs' top-1 agreement on the inputs whose onnxruntime top-1
   class leads the next by more than twice the largest logit difference between
-  onnxruntime's two runs of that input (optimized and not): two faithful runs can move
-  the two logits apart by that much, so any class closer than that is a tie of the
-  quantized network, not an answer (``onnxruntime_self`` flips such classes too);
+  onnxruntime's two runs (optimized and not) over all the inputs: two faithful runs can
+  move the two logits apart by that much, so any class closer than that is a tie of the
+  quantized network, not an answer (``onnxruntime_self`` flips such classes too). Over
+  all inputs, not per input: onnxruntime's two runs of EfficientNet-B0 are bit-identical
+  on some inputs and 8-11 output steps apart on others;
 - time: our module on the quantized file, onnxruntime on it (all graph
   optimizations), and our module on the float32 file, in interleaved rounds.
 
@@ -129,7 +131,7 @@ def run(name: str, folder: Path, out: Path, opts: argparse.Namespace) -> dict[st
         row["agreement"] = f"max diff {worst[0]:.3g} of the largest output"
         row["onnxruntime_self"] = f"max diff {worst[1]:.3g} of the largest output"
     else:
-        same, decided, same_decided = [0, 0], 0, 0
+        same, spread, answers = [0, 0], 0.0, []
         for _ in range(opts.inputs):
             f = _feeds(sess, rng, dims)
             logits = sess.run(None, f)[0].reshape(-1)
@@ -137,13 +139,13 @@ def run(name: str, folder: Path, out: Path, opts: argparse.Namespace) -> dict[st
             want = np.argmax(logits)
             same[0] += int(want == np.argmax(ours))
             same[1] += int(want == np.argmax(theirs))
+            spread = max(spread, float(np.abs(theirs - logits).max()))
             second, first = np.sort(logits)[-2:]
-            if first - second > 2 * np.abs(theirs - logits).max():
-                decided += 1
-                same_decided += int(want == np.argmax(ours))
+            answers.append((float(first - second), bool(want == np.argmax(ours))))
+        decided = [agree for lead, agree in answers if lead > 2 * spread]
         row["agreement"] = f"top-1 {same[0]}/{opts.inputs}"
         row["onnxruntime_self"] = f"top-1 {same[1]}/{opts.inputs}"
-        row["decided_agreement"] = f"top-1 {same_decided}/{decided}"
+        row["decided_agreement"] = f"top-1 {sum(decided)}/{len(decided)}"
     f = _feeds(sess, rng, dims)
     times = medians(
         interleaved(
