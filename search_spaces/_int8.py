@@ -173,7 +173,9 @@ def define(
         ),
         name="P",
     )
-    stages = {"Bs": Bs, "P": P, **({"Au": Au} if Au is not None else {})}
+    stages = {"Bs": Bs, "P": P}
+    if Au is not None:
+        stages["Au"] = Au
     if not b_panels:
         stages["Bp"] = Bp
     if zero_point:

@@ -207,10 +207,8 @@ def unsigned_activations(graph: Graph) -> Graph:
         if any(r.op != _DQ or list(r.inputs).count(q.outputs[0]) != 1 for r in readers):
             continue
         zps = [r.inputs[2] if len(r.inputs) > 2 else "" for r in readers]
-        if any(_const(graph, z) is None and z for z in zps):
-            continue
-        if any(_const(graph, z) is not None and graph.value(z).dtype != "int8" for z in zps):
-            continue
+        if any(z and (_const(graph, z) is None or graph.value(z).dtype != "int8") for z in zps):
+            continue  # a reader's zero point computed at run time, or of another type
         attrs = {k: v for k, v in q.attrs.items() if k != "output_dtype"}
         replaced[i] = dataclasses.replace(q, inputs=(*q.inputs[:2], twin(q.inputs[2])), attrs=attrs)
         values.append(dataclasses.replace(graph.value(q.outputs[0]), dtype="uint8"))

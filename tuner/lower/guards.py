@@ -48,7 +48,7 @@ def assume_below(s: Stmt, cond: Expr) -> Stmt:
     """``s`` where ``cond``, ``x >= c``, is known false: each ``min(c', x)`` with ``c' >= c`` is
     ``x`` (a full tile's extent, ``x`` the part of it the edge holds).
 
-    The edge version of a register tile (``nest._register_tile``) runs where its full
+    The edge version of a register tile (``tile.register_tile``) runs where its full
     version's condition fails, yet its copies in and out bound their loops by
     ``min(c, x)``; the renderer writes such a loop twice, at ``c`` trips and at ``x``
     (``trip_versions``), and the first copy could never run there. A matmul 512

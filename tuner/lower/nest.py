@@ -7,7 +7,6 @@ from ``tuner.lower.guards``.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from ..kinds import Scope
@@ -25,14 +24,15 @@ from ..te.expr import (
     transform,
     walk,
 )
-from .attach import attached_at, attached_inside
-from .context import Cache, Env, Padding, identity
+from .attach import attached_at
+from .context import Env, identity
 from .extent import Ext, as_expr, proves, upper
-from .guards import assume_below, below, clamp, free_names, guard, least, tighten
+from .guards import below, clamp, free_names, guard, least, tighten
 from .intrin import intrinsic
-from .ir import Alloc, Barrier, Buffer, For, If, Load, Stmt, Store, Tensorized, seq
+from .ir import Alloc, Buffer, For, Load, Stmt, Store, Tensorized, seq
 from .prefetch import prefetch_next
-from .simplify import linear, simplify
+from .simplify import simplify
+from .tile import register_tile, tile_starts
 from .visitor import walk_stmts
 
 if TYPE_CHECKING:
@@ -80,70 +80,7 @@ class _NestBuilder:
         self.tuple = body if isinstance(body, TupleReduce) else None
         if self.tuple is not None:
             self._check_tuple(self.tuple)
-        self.tile_starts = self._tile_starts()
-
-    def _tile_starts(self) -> int | None:
-        """The loop of a register tile that starts its own sums, or None.
-
-        A register tile (``cache_write``) computed inside a reduction loop loads
-        the stage's partial sums and stores them back. At the first iteration of
-        the reduction loops around it those sums are the identity the stage's
-        init stored, so the tile starts from the identity itself there and the
-        stage stores no init (TVM's ``decompose_reduction``): one pass over the
-        output less, and none of the tile's loads where the reduction fits one
-        block (a matmul whose K fits KC: every 1 x 1 convolution of a
-        MobileNet). Not where a bound on the loops outside the tile depends on
-        a reduction loop (a tile that bound skips at the first iteration would
-        never be started), nor where the tile's box holds elements its loops do
-        not compute (a strided tile: its write-back would store its start
-        value over them, where a loaded tile stores back what it loaded).
-        """
-        if self.stage.origin != "compute" or self.first_reduce is None:
-            return None
-        if not isinstance(self.body, Reduce):
-            return None
-        tile = next(
-            (
-                s
-                for s in self.lw.state.stages
-                if s.origin == "cache_write"
-                and s.source == self.stage.name
-                and s.attach.kind == "at"
-                and s.attach.parent == self.stage.name
-            ),
-            None,
-        )
-        if tile is None or tile.attach.axis not in self.leaves:
-            return None
-        at = self.leaves.index(tile.attach.axis)
-        if at < self.first_reduce:
-            return None
-        for q in range(self.first_reduce, at + 1):
-            if any(free_names(e) & self.reduce_vars for e, _ in self.conds.get(q, [])):
-                return None
-        return at if self._dense_tile(at) else None
-
-    def _dense_tile(self, at: int) -> bool:
-        """Whether the spatial loops inside loop ``at`` compute every element of the box
-        they span (each axis an offset plus a dense range of their values)."""
-        inner: dict[str, int] = {}
-        for leaf in self.leaves[at + 1 :]:
-            n = self.ext[leaf]
-            if self.stage.axis(leaf).kind != "reduce":
-                if not isinstance(n, int):
-                    return False
-                inner[self.names[leaf].name] = n
-        box = 1
-        for a in self.op_axes:
-            width = 1
-            for atom, c in linear(simplify(self.absolute[a])).terms.items():
-                if not free_names(atom) & inner.keys():
-                    continue
-                if not isinstance(atom, Var):
-                    return False
-                width += abs(c) * (inner[atom.name] - 1)
-            box *= width
-        return box == math.prod(inner.values())
+        self.tile_starts = tile_starts(self)
 
     def _check_tuple(self, body: TupleReduce) -> None:
         """A tuple reduction's values are combined together: their axis is not a loop of its own."""
@@ -241,7 +178,7 @@ class _NestBuilder:
             and local.buffer.name in {b.name for b in allocs}
             and local.stage.origin == "cache_write"
         ):
-            body = seq([*stmts, self._register_tile(local, p, env, mode)])
+            body = seq([*stmts, register_tile(self, local, p, env, mode)])
         else:
             body = seq([*stmts, self._loops(p + 1, env, mode)])
         if mode == "update":
@@ -308,92 +245,6 @@ class _NestBuilder:
                     if lanes and not self._inside(x, e):
                         return False
         return True
-
-    def _register_tile(self, local: Cache, p: int, env: Env, mode: str) -> Stmt:
-        """Load (if partial sums exist), compute and store back a cached tile.
-
-        Tiles that lie wholly inside the tensor get a copy of the code with
-        constant loop extents (unrolled and vectorized by LLVM). Edge tiles
-        load and store back only their valid part, but compute the whole tile
-        (``pad``): the spatial loops keep their constant extents and reads
-        clamp their indices into their buffers, so the rows and columns past
-        the edge compute throwaway values in the tile's spare registers. This
-        keeps edge tiles vectorized; a bounded reduction loop stays bounded.
-        """
-        load_first = self.first_reduce is not None and self.first_reduce <= p
-        region = (local.base, local.root_extents)
-
-        def tile(spec: list[Expr] | None, pad: bool = False) -> Stmt | None:
-            e = env.child()
-            e.specialize = spec
-            e.specialize_known = frozenset(env.ranges)
-            if pad:
-                e.pad = Padding(self)
-            parts = []
-            if load_first:
-                parts.append(self._tile_start(local, p, e, region))
-            compute = self._loops(p + 1, e, mode)
-            if e.pad is not None and e.pad.last:
-                # A tile wholly past the edge has no valid index to clamp to.
-                nonempty = [simplify(last >= 0, env.ranges) for last in e.pad.last.values()]
-                if not e.pad.ok or any(not free_names(c) <= set(env.ranges) for c in nonempty):
-                    return None
-                compute = guard(nonempty, compute)
-            parts.append(compute)
-            parts.append(self._write_back(local, e))
-            return seq(parts)
-
-        edge = None if attached_inside(self, p) else tile(None, pad=True)
-        edge = edge or tile(None)
-        assert edge is not None
-        if any(isinstance(x, Barrier) for x in walk_stmts(edge)):
-            # A block's threads wait at its barriers together: one version of the tile for
-            # all of them, not a full one for some threads and an edge one for the others.
-            return edge
-        conds: list[Expr] = []
-        full = tile(conds)
-        assert full is not None
-        live = list(dict.fromkeys(c for c in conds if not (isinstance(c, Const) and c.value)))
-        if not live:
-            return full
-        if any(not free_names(c) <= set(env.ranges) for c in live):
-            return edge
-        cond = live[0]
-        for c in live[1:]:
-            cond = cond & c
-        return If(cond, full, assume_below(edge, cond) if len(live) == 1 else edge)
-
-    def _tile_start(
-        self, local: Cache, p: int, env: Env, region: tuple[tuple[Expr, ...], tuple[Ext, ...]]
-    ) -> Stmt:
-        """A register tile inside a reduction loop: its partial sums loaded, or where it
-        starts its own sums (``_tile_starts``) the identity at the first iteration."""
-        e = self.env_for(env, drop=local.stage.source)
-        load = self.lw.stage_nest(local.stage, e, region)
-        if self.tile_starts != p:
-            return load
-        assert isinstance(self.body, Reduce)
-        start = identity(self.body.combiner, self.body.dtype)
-        fill = self.lw.stage_nest(local.stage, e, region, fill=start)
-        first: Expr = Const(True, "bool")
-        for leaf in self.leaves[self.first_reduce : p + 1]:
-            if self.stage.axis(leaf).kind == "reduce":
-                first = first & (self.names[leaf] < 1)
-        first = simplify(first, env.ranges)
-        if isinstance(first, Const):
-            return fill if first.value else load
-        return If(first, fill, load)
-
-    def env_for(self, env: Env, drop: str) -> Env:
-        e = env.child()
-        e.caches.pop(drop, None)
-        return e
-
-    def _write_back(self, local: Cache, env: Env) -> Stmt:
-        lw = self.lw
-        e = self.env_for(env, drop=local.stage.source)
-        nest = lw.stage_nest(local.stage, e, (local.base, local.root_extents), write_back=True)
-        return nest
 
     def _store(self, env: Env, mode: str) -> Stmt:
         stage = self.stage
