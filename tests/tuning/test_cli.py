@@ -83,7 +83,11 @@ def test_tune_runs_end_to_end_into_the_default_log_and_resumes(
     err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
     assert "2 measured this run (0 from the log before), 0 errors" in err
     assert "NumPy reference, timed in a fresh process:" in err
-    assert re.search(r"best is (\d[\d.]*x (faster|slower) than|even with) NumPy", err)
+    # an 8 microsecond NumPy call on a busy CI machine may spread too widely to compare (test_progress)
+    assert re.search(
+        r"best is (\d[\d.]*x (faster|slower) than|even with) NumPy|spread by \d+% of their median: no reliable",
+        err,
+    )
     assert len(load(tmp_path / "tune.jsonl")) == 2
     assert main([*argv, "--trials", "1", "--no-baseline"]) == 0
     err = " ".join(capsys.readouterr().err.split())
