@@ -67,6 +67,7 @@ class Lowered:
         from ..graph.padding import explicit_padding
         from ..graph.passes import optimize
         from ..graph.quantized import integer_linear
+        from ..graph.tables import tabulate
 
         g = _static_shapes(graph)
         if layout and int(target.get("int8_dot_bits", 0)):
@@ -75,6 +76,7 @@ class Lowered:
         if layout:  # a GPU records no SIMD lanes: one, and the pass leaves the graph alone
             g = channels_last(g, int(target.get("vector_lanes", 1)))
         g = explicit_padding(g)  # a convolution padded (0, 3) finds its template too
+        g = tabulate(g)  # activations between quantizers: one table read per element
         g = fuse_graph(g, enabled=fuse, small_const=SMALL_CONST if inline else 0)
         views = []
         for node in g.nodes:

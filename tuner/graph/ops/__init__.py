@@ -129,6 +129,7 @@ _FAMILIES = (
     "channels_last",
     "quant",
     "quant_linear",
+    "lookup",
 )
 _LOADED = False
 
