@@ -162,6 +162,12 @@ class Target:
         return int(self.get("int8_dot_bits", 0))
 
     @property
+    def table_lookup_bits(self) -> int:
+        """Widest vector that reads a 256-entry byte table at one key per byte (AVX-512
+        VBMI's ``vpermi2b``, ``tuner.codegen.cpu.tables``), 0 if none."""
+        return int(self.get("table_lookup_bits", 0))
+
+    @property
     def l1d_bytes(self) -> int:
         return int(self.get("l1d_bytes", 0)) or _FALLBACK_L1D
 
@@ -307,6 +313,11 @@ def int8_dot_bits(flags: frozenset[str], vector_bits: int) -> int:
     return 0
 
 
+def table_lookup_bits(flags: frozenset[str], vector_bits: int) -> int:
+    """512 where ``flags`` announce AVX-512 VBMI and the vectors are that wide, else 0."""
+    return 512 if {"avx512f", "avx512vbmi"} <= flags and vector_bits >= 512 else 0
+
+
 def simd_level(flags: frozenset[str]) -> tuple[int, int]:
     """``(vector_bits, vector_registers)`` of the widest SIMD level ``flags`` announce."""
     for flag, bits, registers in SIMD_LEVELS:
@@ -381,6 +392,7 @@ def cpu_target(num_threads: int | None = None) -> Target:
         "vector_bits": bits,
         "vector_registers": registers,
         "int8_dot_bits": int8_dot_bits(flags, bits),
+        "table_lookup_bits": table_lookup_bits(flags, bits),
         "l1d_bytes": _cache_size(1) or _FALLBACK_L1D,
         "l1d_ways": _l1d_ways() or _FALLBACK_L1D_WAYS,
         "l2_bytes": _cache_size(2) or _FALLBACK_L2,

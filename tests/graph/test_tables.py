@@ -160,3 +160,14 @@ def test_a_value_the_caller_sees_stays_outside_the_table() -> None:
     for got, want in zip(run_graph(tabled, {"x": x}), run_graph(graph, {"x": x}), strict=True):
         np.testing.assert_array_equal(got, want)
     assert "Sigmoid" in _ops(tabled)
+
+
+def test_a_lookup_may_stay_a_kernel_of_its_own() -> None:
+    """Where the target reads tables in vectors, fused with its readers a lookup would be
+    a scalar read per element: ``fuse(..., alone=...)`` keeps it apart, else it fuses."""
+    from tuner.graph.fusion import fuse, groups_summary
+
+    tabled = tabulate(from_onnx(_model("silu").proto()))
+    assert groups_summary(fuse(tabled)) == [f"QuantizeLinear+{LOOKUP}+DequantizeLinear"]
+    alone = groups_summary(fuse(tabled, alone=frozenset({LOOKUP})))
+    assert alone == ["QuantizeLinear", LOOKUP, "DequantizeLinear"]

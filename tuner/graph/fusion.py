@@ -63,8 +63,9 @@ class _Group:
 class _Fuser:
     """Group assignment over node positions of one graph."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, alone: frozenset[str] = frozenset()) -> None:
         self.graph = graph
+        self.alone = alone  # op types that stay kernels of their own
         self.nodes = graph.nodes
         self.kinds = [None if n.op == FUSED else opdef(n.op).kind for n in self.nodes]
         self.out = [next((o for o in n.outputs if o), "") for n in self.nodes]
@@ -103,8 +104,12 @@ class _Fuser:
         return False
 
     def can_join(self, g: int, i: int) -> bool:
-        """Node ``i`` may join group ``g`` without making a cycle through outer nodes."""
-        inside = {self.out[m] for m in self.groups[g].members}
+        """Node ``i`` may join group ``g`` without making a cycle through outer nodes, and
+        neither is one of the operators that stay alone."""
+        members = self.groups[g].members
+        if self.nodes[i].op in self.alone or any(self.nodes[m].op in self.alone for m in members):
+            return False
+        inside = {self.out[m] for m in members}
         return not any(self.depends_on(v, g) for v in self.nodes[i].inputs if v and v not in inside)
 
     def only_reader(self, value: str) -> int | None:
@@ -143,6 +148,8 @@ class _Fuser:
             return None
         for c in sorted(set(self.readers.get(value, []))):
             if self.kinds[c] != OpKind.ELEMENTWISE or self.group_of[c] is not None:
+                continue
+            if self.nodes[c].op in self.alone:
                 continue
             v = self.graph.value(self.out[c])
             if (v.shape, v.dtype) != (ref.shape, ref.dtype) and not self.quantizes(c, ref):
@@ -230,10 +237,18 @@ class _Fuser:
         return g
 
 
-def fuse(graph: Graph, enabled: bool = True, small_const: int = SMALL_CONST) -> Graph:
+def fuse(
+    graph: Graph,
+    enabled: bool = True,
+    small_const: int = SMALL_CONST,
+    alone: frozenset[str] = frozenset(),
+) -> Graph:
     """The graph with every node that needs a kernel inside a fused node (see the module doc).
 
-    ``enabled=False`` gives the unfused baseline: one group per kernel node.
+    ``enabled=False`` gives the unfused baseline: one group per kernel node. Nodes of an
+    op in ``alone`` join no group and take none in (no epilogue reaches them): a table
+    lookup where the target reads tables in vectors (``tuner.codegen.cpu.tables``), which
+    inside a bigger kernel is one scalar read per element.
     Nodes with several outputs in use are first split into one copy per
     output (the others left out as ''), so that every group has one output.
 
@@ -241,7 +256,7 @@ def fuse(graph: Graph, enabled: bool = True, small_const: int = SMALL_CONST) -> 
     True
     """
     graph = _one_output_each(graph)
-    fuser = _Fuser(graph)
+    fuser = _Fuser(graph, alone)
     fuser.run(enabled)
     last = {g: max(grp.members) for g, grp in enumerate(fuser.groups)}
     nodes: list[Node] = []

@@ -64,6 +64,7 @@ class Lowered:
         from ..graph.fusion import SMALL_CONST
         from ..graph.fusion import fuse as fuse_graph
         from ..graph.layout import channels_last
+        from ..graph.ops.lookup import LOOKUP
         from ..graph.padding import explicit_padding
         from ..graph.passes import optimize
         from ..graph.quantized import integer_linear
@@ -77,7 +78,8 @@ class Lowered:
             g = channels_last(g, int(target.get("vector_lanes", 1)))
         g = explicit_padding(g)  # a convolution padded (0, 3) finds its template too
         g = tabulate(g)  # activations between quantizers: one table read per element
-        g = fuse_graph(g, enabled=fuse, small_const=SMALL_CONST if inline else 0)
+        alone = frozenset({LOOKUP}) if target.table_lookup_bits else frozenset()
+        g = fuse_graph(g, enabled=fuse, small_const=SMALL_CONST if inline else 0, alone=alone)
         views = []
         for node in g.nodes:
             if node.op == FUSED:

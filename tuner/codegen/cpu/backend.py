@@ -201,6 +201,7 @@ from tuner.codegen.cpu.runtime import (
 )
 from tuner.codegen.cpu.direct import body as lowered_body
 from tuner.codegen.cpu.launch import chunk_address, launch
+from tuner.codegen.cpu.tables import {tables}
 from tuner.codegen.cpu.threads import parallel_for
 from tuner.codegen.cpu.vectors import ({vectors})
 
@@ -210,7 +211,8 @@ from tuner.codegen.cpu.vectors import ({vectors})
 def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: Target) -> str:
     import numba
 
-    from . import vectors
+    from . import tables, vectors
+    from .features import compiles_vbmi
 
     fm = "{'contract'}" if options.fastmath_contract else "False"
     flags = (
@@ -223,6 +225,7 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: T
         fm=options.fastmath_contract,
         numba=numba.__version__,
         vectors=", ".join(vectors.names()),
+        tables=", ".join(tables.names()),
     )
     lanes = target.lanes("float32") if options.simd else 0  # (used under SLP only: ``render``)
     body = render(
@@ -232,6 +235,7 @@ def _module_source(func: LoweredFunc, vec: str, options: BuildOptions, target: T
         stage_vectors=vec == "slp",
         launch=_launch(options.launch),
         lanes=lanes if lanes in vectors.LANES else 0,
+        tables=target.table_lookup_bits >= 512 and compiles_vbmi(),
     )
     if options.front_end == "direct":
         body = direct.rewrite(body)

@@ -62,10 +62,11 @@ def namespace() -> dict[str, Any]:
     """What a kernel's calls may name: the helpers its module imports and three builtins."""
     global _NAMESPACE
     if _NAMESPACE is None:
-        from . import runtime, vectors
+        from . import runtime, tables, vectors
 
         ns: dict[str, Any] = {n: getattr(runtime, n) for n in runtime.__all__}
         ns.update((n, getattr(vectors, n)) for n in vectors.names())
+        ns.update((n, getattr(tables, n)) for n in tables.names())
         ns.update(min=min, max=max, abs=abs)
         _NAMESPACE = ns
     return _NAMESPACE

@@ -39,6 +39,7 @@ __all__ = [
     "FULL_WIDTH",
     "NO_GATHER",
     "compiles_avx512",
+    "compiles_vbmi",
     "gather_preference",
     "prefer_no_gather",
 ]
@@ -82,11 +83,21 @@ def gather_preference() -> str:
     return "no-gather" if all(f in features for f in NO_GATHER) else "host"
 
 
-def compiles_avx512() -> bool:
-    """Whether Numba compiles for a CPU with AVX-512 (its set features, else the host's)."""
+def _compiles(feature: str) -> bool:
+    """Whether Numba compiles for a CPU with ``feature`` (its set features, else the host's)."""
     features = _config().CPU_FEATURES
     if features is None:
         import llvmlite.binding as llvm
 
         features = llvm.get_host_cpu_features().flatten()
-    return "+avx512f" in features.split(",")
+    return f"+{feature}" in features.split(",")
+
+
+def compiles_avx512() -> bool:
+    """Whether Numba compiles for a CPU with AVX-512."""
+    return _compiles("avx512f")
+
+
+def compiles_vbmi() -> bool:
+    """Whether Numba compiles for a CPU with AVX-512 VBMI (``vpermi2b``: ``tables``)."""
+    return _compiles("avx512f") and _compiles("avx512vbmi")

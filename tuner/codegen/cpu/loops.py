@@ -10,14 +10,17 @@ from __future__ import annotations
 from ...lower.ir import For, Load, Seq, Stmt, Store
 from ...lower.simplify import linear, simplify
 from ...lower.visitor import substitute_stmt
-from ...te.expr import Binary, Call, Const, Expr, Var, substitute, walk
+from ...te.expr import Binary, Call, Cast, Const, Expr, Var, substitute, walk
 from ..numba_source import NumbaSourceRenderer
+from .tables import LANES as TABLE_LANES
 from .threaded import binds
 from .unroll import SLP_UNROLLED_FULLY, transcendental, unrolled_fully
 from .unswitch import branches, invariant_select, trip_versions
 
 __all__ = ["LoopRewrites"]
 
+#: The integer types a table lookup reads and writes (``LoopRewrites._lookups``).
+_BYTE = frozenset({"int8", "uint8"})
 #: The longest SIMD loop staged through a stack buffer (see ``LoopRewrites._stage``).
 _MAX_STAGED = 64
 
@@ -40,6 +43,8 @@ class LoopRewrites(NumbaSourceRenderer):
 
     #: float32 lanes of the target's vectors where SIMD loops are written in vectors (0: never).
     lanes = 0
+    #: Whether byte table lookups are written in vectors (``tables``: AVX-512 VBMI).
+    tables = False
 
     def _vectors(self, s: For) -> bool:
         """A SIMD loop of float32 arithmetic, ``lanes`` at a time, as explicit vectors
@@ -69,6 +74,47 @@ class LoopRewrites(NumbaSourceRenderer):
         if rest:
             shifted = binds(s.var, Var(s.var, "int64") + Const(n - rest))
             self.visit(For(s.var, Const(rest), s.kind, substitute_stmt(body, shifted, simplify)))
+        return True
+
+    def _lookups(self, s: For) -> bool:
+        """A loop of byte table reads ``out[i] = table[x[i] + c]`` (``tuner.graph.ops.lookup``)
+        as ``vlookup64`` / ``32`` / ``16`` calls (``tables``), the trips past the last whole
+        vector a loop; where the target has them (``tables``: AVX-512 VBMI).
+
+        It applies where the loop's trips are a constant of at least 16, its body is one store of
+        8-bit integers, moving by one element per trip, of a read of a 256-entry 8-bit
+        table (a buffer of its own) at a key of the same kind moving alike, plus 0 for
+        a uint8 key or 128 for an int8 one (the index of its entry)."""
+        found = _byte_lookup(s, self) if self.tables else None
+        if found is None or int(s.extent.value) < TABLE_LANES[-1]:  # type: ignore[attr-defined]
+            return False
+        table, key, flip = found
+        body = s.body
+        assert isinstance(body, Store) and isinstance(s.extent, Const)
+        n, done = int(s.extent.value), 0
+
+        def call(lanes: int, first: Expr) -> None:
+            at = {s.var: first}
+            out = self._address(body.buffer, tuple(substitute(i, at) for i in body.indices))
+            x = self._address(key.buffer, tuple(substitute(i, at) for i in key.indices))
+            self.emit(f"vlookup{lanes}({body.buffer}, {out}, {table}, {key.buffer}, {x}, {flip})")
+
+        wide = TABLE_LANES[0]
+        if n >= 2 * wide:  # whole vectors in a loop of their own
+            self.emit(f"for {s.var}_v in range({n // wide}):")
+            self.depth += 1
+            call(wide, Var(f"{s.var}_v", "int64") * Const(wide, "int64"))
+            self.depth -= 1
+            done = n // wide * wide
+        for lanes in TABLE_LANES:
+            while n - done >= lanes:
+                call(lanes, Const(done, "int64"))
+                done += lanes
+        if n > done:
+            shifted = binds(s.var, Var(s.var, "int64") + Const(done))
+            self.visit(
+                For(s.var, Const(n - done), s.kind, substitute_stmt(body, shifted, simplify))
+            )
         return True
 
     def _in_vectors(self, s: Stmt) -> bool:
@@ -290,3 +336,35 @@ def _vectorizable(e: Expr, var: str, store: Store, r: LoopRewrites) -> bool:
             and _vectorizable(e.args[0], var, store, r)
         )
     return False
+
+
+def _byte_lookup(s: For, r: LoopRewrites) -> tuple[str, Load, int] | None:
+    """``(table, key load, flip)`` where loop ``s`` is a byte table lookup (``_lookups``)."""
+    body = s.body
+    if s.kind == "parallel" or not isinstance(s.extent, Const) or not isinstance(body, Store):
+        return None
+    value = body.value
+    if not isinstance(value, Load) or len(value.indices) != 1:
+        return None
+    table, out = r.buffers.get(value.buffer), r.buffers[body.buffer]
+    if table is None or tuple(table.shape) != (256,) or not {table.dtype, out.dtype} <= _BYTE:
+        return None
+    lin = linear(simplify(value.indices[0]))
+    if len(lin.terms) != 1 or next(iter(lin.terms.values())) != 1:
+        return None
+    key = next(iter(lin.terms))
+    key = key.value if isinstance(key, Cast) else key
+    if not isinstance(key, Load) or key.buffer in (body.buffer, value.buffer):
+        return None
+    flip = {("uint8", 0): 0, ("int8", 128): 128}.get((r.buffers[key.buffer].dtype, lin.const))
+    if flip is None or value.buffer == body.buffer:
+        return None
+    moves = [
+        simplify(r._offset(b, i))
+        for b, i in ((body.buffer, body.indices), (key.buffer, key.indices))
+    ]
+    if any(_stride(m, s.var) != 1 for m in moves):
+        return None
+    if simplify(r._offset(value.buffer, (Const(0, "int64"),))) != Const(0, "int64"):
+        return None  # the table starts where its array does
+    return value.buffer, key, flip

@@ -45,11 +45,14 @@ _STACK_SCRATCH = 16 * 1024
 
 
 class NumbaRenderer(LoopRewrites):
-    def __init__(self, func: LoweredFunc, stage_vectors: bool = False, lanes: int = 0):
+    def __init__(
+        self, func: LoweredFunc, stage_vectors: bool = False, lanes: int = 0, tables: bool = False
+    ):
         super().__init__({b.name: b for b in func.args})
         self.func = func
         self.stage_vectors = stage_vectors
         self.lanes = lanes if stage_vectors else 0
+        self.tables = tables
         # Scratch allocated once by the entry function: name -> (elements, dtype).
         # The same buffer may be met twice (full and edge copies of a tile).
         self.hoisted: dict[str, tuple[Ext, str]] = {}
@@ -188,7 +191,7 @@ class NumbaRenderer(LoopRewrites):
             return
         if self._unswitch(s):
             return
-        if self._vectors(s):
+        if self._vectors(s) or self._lookups(s):
             return
         if self.stage_vectors and self._chunk(s):
             return
@@ -342,6 +345,7 @@ def render(
     stage_vectors: bool = False,
     launch: str = "pool",
     lanes: int = 0,
+    tables: bool = False,
 ) -> str:
     """The kernel as Python source for Numba.
 
@@ -355,7 +359,8 @@ def render(
     ``stage_vectors`` stores innermost loops' results through stack buffers (for
     kernels compiled with the SLP vectorizer, see ``loops.LoopRewrites._stage``);
     with it, ``lanes`` writes their float32 SIMD loops in vectors of that many lanes
-    (``loops.LoopRewrites._vectors``; 0: never).
+    (``loops.LoopRewrites._vectors``; 0: never). ``tables`` writes byte table lookups in
+    vectors (``loops.LoopRewrites._lookups``; the target has AVX-512 VBMI).
     """
     if parallel not in ("threads", "prange"):
         raise ValueError(f"parallel must be 'threads' or 'prange', not {parallel!r}")
@@ -364,9 +369,14 @@ def render(
         items = top_level(func.body, allocs, frozenset(v.name for v in func.symbols))
         if items is not None:
             return render_threaded(
-                NumbaRenderer(func, stage_vectors, lanes), func, items, allocs, njit_flags, launch
+                NumbaRenderer(func, stage_vectors, lanes, tables),
+                func,
+                items,
+                allocs,
+                njit_flags,
+                launch,
             )
-    r = NumbaRenderer(func, stage_vectors, lanes)
+    r = NumbaRenderer(func, stage_vectors, lanes, tables)
     r.visit(func.body)
     r.lines[:0] = r.take_stack()
     params = ", ".join([*(b.name for b in func.args), *r.symbols])
