@@ -254,6 +254,28 @@ def test_a_qdq_matmul_with_asymmetric_activations_matches_within_one_step() -> N
     assert apart.max() <= 1 and apart.mean() < 0.05, (apart.max(), apart.mean())
 
 
+def test_a_qdq_classifier_gemm_runs_integer_within_one_step() -> None:
+    """A Linear layer as quantize_static writes it (Gemm, transB, a float bias) is an integer
+    product where the host has VNNI, its bias and requantization fused; one step of
+    onnxruntime."""
+    from tuner.lower.intrin import dot_intrinsic
+    from tuner.target import Target
+
+    inits: list = []  # type: ignore[type-arg]
+    w = (RNG.standard_normal((10, 24)) * 0.2).astype(np.float32)  # [N, K]
+    inits.append(numpy_helper.from_array((RNG.standard_normal(10) * 0.3).astype(np.float32), "b"))
+    nodes = _qdq("x", "xd", 0.05, 131, TensorProto.UINT8, inits) + _weight("w", w, inits)
+    nodes.append(helper.make_node("Gemm", ["xd", "w", "b"], ["m"], transB=1))
+    nodes += _qdq("m", "y", 0.04, 120, TensorProto.UINT8, inits)
+    model = _model(nodes, inits, (6, 24), "y", (6, 10))
+    if dot_intrinsic(Target.from_name("cpu")) is not None:
+        ops = [s.task.workload.op for s in compile_model(model).plans[0].specs]
+        assert ops == ["fused", "matmul_integer", "fused"], ops  # x's quantizer, y's dequantizer
+    x = (RNG.standard_normal((6, 24)) * 2).astype(np.float32)
+    apart = _steps_apart(model, x, 0.04)
+    assert apart.max() <= 1 and apart.mean() < 0.05, (apart.max(), apart.mean())
+
+
 def test_a_chain_of_quantizations_is_one_kernel_of_linear_size() -> None:
     """Each quantize uses its input once (rounding by one addition, not a floor and selects):
     six quantize-dequantize pairs fused into one kernel stay small (nested rounds repeated

@@ -9,6 +9,8 @@ Compiled QDQ models are checked against onnxruntime in ``test_quant.py``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -238,3 +240,59 @@ def test_the_pass_makes_a_dynamic_matmul_integer_without_its_casts() -> None:
     }
     want, got = run_graph(g, feeds)[0], run_graph(h, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+def _qdq_gemm(trans_b: bool, bias: bool, per_channel: bool) -> Graph:
+    """x -> Q -> DQ -> Gemm(., DQ(w), DQ(b)) -> y: a classifier as quantize_static writes it
+    (7 rows, K = 37, N = 13: nothing a tile divides)."""
+    M, K, N = 7, 37, 13
+    wq = RNG.integers(-128, 128, (N, K) if trans_b else (K, N)).astype(np.int8)
+    consts = {
+        "xs": np.array(0.04, np.float32),
+        "xz": np.array(121, np.uint8),
+        "wq": wq,
+        "ws": (RNG.random(N if per_channel else 1) * 0.01 + 1e-3).astype(np.float32),
+        "bq": RNG.integers(-500, 500, N).astype(np.int32),
+        "bs": np.array(1e-4, np.float32),
+    }
+    axis = 0 if trans_b else 1
+    nodes = [
+        Node("QuantizeLinear", ("x", "xs", "xz"), ("xq",), {}, "qx"),
+        Node("DequantizeLinear", ("xq", "xs", "xz"), ("xd",), {}, "dqx"),
+        Node("DequantizeLinear", ("wq", "ws"), ("wd",), {"axis": axis}, "dqw"),
+        Node("DequantizeLinear", ("bq", "bs"), ("bd",), {}, "dqb"),
+        Node("Gemm", ("xd", "wd", *(("bd",) if bias else ())), ("y",), {"transB": int(trans_b)}),
+    ]
+    values = [Value.const(k, v) for k, v in consts.items()]
+    values += [
+        Value("xq", "uint8", (M, K)), Value("xd", "float32", (M, K)),
+        Value("wd", "float32", wq.shape), Value("bd", "float32", (N,)), Value("y", "float32", (M, N)),
+    ]  # fmt: skip
+    return Graph.make([Value("x", "float32", (M, K))], nodes, values, ["y"])
+
+
+@pytest.mark.parametrize(
+    ("trans_b", "bias", "per_channel"),
+    [(True, True, True), (False, True, False), (True, False, False)],
+)
+def test_the_pass_makes_a_qdq_gemm_an_integer_product_and_its_bias(
+    trans_b: bool, bias: bool, per_channel: bool
+) -> None:
+    g = _qdq_gemm(trans_b, bias, per_channel)
+    h = integer_linear(g)
+    ops = [n.op for n in h.nodes]
+    assert "tuner.QMatMul" in ops and "Gemm" not in ops
+    assert ("Add" in ops) == bias
+    x = RNG.standard_normal((7, 37)).astype(np.float32)
+    want, got = run_graph(g, {"x": x})[0], run_graph(h, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_gemm_the_integer_product_cannot_take_stays_float() -> None:
+    g = _qdq_gemm(True, True, True)
+    gemm = next(n for n in g.nodes if n.op == "Gemm")
+    for attrs in ({"transB": 1, "alpha": 0.5}, {"transB": 1, "transA": 1}):
+        other = g.replace(
+            nodes=tuple(dataclasses.replace(n, attrs=attrs) if n is gemm else n for n in g.nodes)
+        )
+        assert "Gemm" in [n.op for n in integer_linear(other).nodes]

@@ -17,8 +17,10 @@ wq, a_scale, a_zero_point, w_scale)`` (``tuner.graph.ops.quant_linear``): the in
 operands go to an integer kernel, whose exact int32 sums are scaled to float and, with
 the bias, the activation and the next QuantizeLinear fused after them, written as int8
 again. The casts to int32 and back after a matrix product go (its sums are integers).
-The float graph between quantized tensors (a residual add of two dequantized values) is
-left as it is.
+A Gemm of such operands (a classifier: ``quantize_static`` writes Linear layers so)
+becomes a ``tuner.QMatMul`` of its weight transposed once where ``transB`` says, and the
+add of its bias. The float graph between quantized tensors (a residual add of two
+dequantized values) is left as it is.
 
 First, each int8 activation becomes uint8 (:func:`unsigned_activations`): the
 instruction multiplies unsigned bytes by signed ones, and an int8 image had to be copied
@@ -231,14 +233,17 @@ def integer_linear(graph: Graph) -> Graph:
 def _integer_linear(graph: Graph) -> Graph:
     uses, names = Uses(graph), Names(graph)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
-    replaced: dict[int, Node] = {}
+    replaced: dict[int, Node | tuple[Node, ...]] = {}
     dropped: set[int] = set()
     values: list[Value] = []
     for i, node in enumerate(graph.nodes):
+        made: Node | tuple[Node, ...] | None
         if node.op == "Conv" and len(node.inputs) >= 2:
             made = _conv(graph, uses, names, node, values)
         elif node.op == "MatMul":
             made = _matmul(graph, uses, node)
+        elif node.op == "Gemm":
+            made = _gemm(graph, uses, names, node, values)
         else:
             continue
         if made is None:
@@ -271,6 +276,48 @@ def _conv(graph: Graph, uses: Uses, names: Names, node: Node, values: list[Value
     wq, ws = weight
     inputs = (xq, wq, xs, xz, ws, bias) if bias else (xq, wq, xs, xz, ws)
     return dataclasses.replace(node, op=QCONV, inputs=inputs)
+
+
+def _gemm(
+    graph: Graph, uses: Uses, names: Names, node: Node, values: list[Value]
+) -> tuple[Node, ...] | None:
+    """A Gemm of a dequantized activation and a dequantized int8 constant (a classifier:
+    ``quantize_static`` writes every Linear layer so) as ``QMatMul`` and the add of its
+    bias: ``transB`` transposes the weight once, here. Only the plain kind (``alpha`` and
+    ``beta`` 1, ``A`` not transposed, a float bias of one value per column)."""
+    if float(node.attr("alpha", 1.0)) != 1.0 or int(node.attr("transA", 0)):
+        return None
+    a, weight = _activation(graph, uses, node.inputs[0]), node.inputs[1]
+    if a is None or len(graph.value(node.inputs[0]).shape) != 2:
+        return None
+    if int(node.attr("transB", 0)):
+        w = _weight(graph, uses, weight)  # [N, K], one scale or one per row
+        if w is None or len(graph.value(w[0]).shape) != 2:
+            return None
+        wq = graph.const(w[0])
+        assert wq is not None
+        t = Value.const(names(f"{w[0]}_t"), np.ascontiguousarray(wq.T))
+        values.append(t)
+        w, n = (t.name, w[1]), wq.shape[0]
+    else:
+        w = _matrix(graph, uses, weight)
+        n = graph.value(w[0]).shape[1] if w is not None else 0
+    if w is None:
+        return None
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
+    data = _bias(graph, uses, bias) if bias else None
+    if bias and (data is None or data.size != n or float(node.attr("beta", 1.0)) != 1.0):
+        return None
+    (aq, a_scale, a_zero_point), (wq_name, w_scale) = a, w
+    inputs = (aq, wq_name, a_scale, a_zero_point, w_scale)
+    out = node.outputs[0]
+    if data is None:
+        return (dataclasses.replace(node, op=QMATMUL, inputs=inputs, attrs={}),)
+    product = dataclasses.replace(graph.value(out), name=names(f"{out}_product"))
+    b = Value.const(names(f"{bias}_float"), data.reshape(-1))
+    values += [product, b]
+    mm = dataclasses.replace(node, op=QMATMUL, inputs=inputs, outputs=(product.name,), attrs={})
+    return (mm, Node("Add", (product.name, b.name), (out,), {}, f"{node.name}_bias"))
 
 
 def _matmul(graph: Graph, uses: Uses, node: Node) -> Node | None:

@@ -12,6 +12,8 @@ rewrite ends with it; ``passes`` exports it as a pass of its own).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .ir import Graph, Node, Value
 
 __all__ = ["Names", "Uses", "eliminate_dead_code", "replace_nodes"]
@@ -53,13 +55,18 @@ class Uses:
 
 
 def replace_nodes(
-    graph: Graph, replaced: dict[int, Node], dropped: set[int], values: list[Value]
+    graph: Graph,
+    replaced: Mapping[int, Node | tuple[Node, ...]],
+    dropped: set[int],
+    values: list[Value],
 ) -> Graph:
-    """Replace nodes (by position) and drop others, then remove what is dead."""
-    nodes = []
+    """Replace nodes (by position: by one node, or by several in order) and drop others,
+    then remove what is dead."""
+    nodes: list[Node] = []
     for i, n in enumerate(graph.nodes):
         if i in replaced:
-            nodes.append(replaced[i])
+            r = replaced[i]
+            nodes.extend(r if isinstance(r, tuple) else (r,))
         elif i not in dropped:
             nodes.append(n)
     g = graph.replace(nodes=tuple(nodes), values=graph.with_values(values))
