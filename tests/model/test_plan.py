@@ -45,3 +45,39 @@ def test_a_view_keeps_its_storage_alive():
     # v1 is written at step 0; its view r1 is read at step 5.
     spans = lifetimes({"v1": 0, "v2": 1}, {"v1": [1], "r1": [5], "v2": [2]}, {"r1": "v1"})
     assert spans == {"v1": (0, 5), "v2": (1, 2)}
+
+
+def test_aligned_buffers_start_on_a_cache_line_and_copy_only_when_they_must():
+    import numpy as np
+
+    from tuner.model.plan import BASE_ALIGN, aligned_copy, aligned_empty
+
+    for n in (1, 63, 4097):
+        assert aligned_empty(n).ctypes.data % BASE_ALIGN == 0 and aligned_empty(n).nbytes == n
+    data = np.arange(37, dtype=np.float32)
+    odd = np.frombuffer(aligned_empty(4 * 37 + 4), np.uint8)[4:].view(np.float32)
+    odd[...] = data  # a float32 array 4 bytes past a cache line
+    copy = aligned_copy(odd)
+    assert copy.ctypes.data % BASE_ALIGN == 0 and np.array_equal(copy, data)
+    assert aligned_copy(copy) is copy
+
+
+def test_a_module_s_arena_constants_and_outputs_start_on_cache_lines(rng):
+    """Kernels read constants (an int8 matmul's weight panels, a table) with full-width
+    vector loads: on a misaligned array each crosses two cache lines. Measured on Zen 4
+    before: four copies of one int8 MobileNetV2 in one process ran 2.7 to 3.9 ms, by where
+    their weights had landed; aligned, 2.3 to 2.7."""
+    import numpy as np
+
+    import tuner
+    from tuner.model.plan import BASE_ALIGN
+
+    from .conftest import residual_block
+
+    mod = tuner.compile_model(residual_block(rng, batch=1))
+    (plan,) = mod.plans
+    assert plan.arena.ctypes.data % BASE_ALIGN == 0
+    consts = [v.data for v in plan.values.values() if v.data is not None]
+    assert consts and all(np.asarray(c).ctypes.data % BASE_ALIGN == 0 for c in consts)
+    (y,) = mod.run({"x": rng.standard_normal((1, 3, 7, 7)).astype(np.float32)})
+    assert y.ctypes.data % BASE_ALIGN == 0

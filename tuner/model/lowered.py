@@ -32,6 +32,7 @@ from ..graph.ops import OpKind, opdef
 from ..target import Target
 from ..task import Task
 from ..workload import Workload
+from .plan import aligned_copy
 from .tasks import KernelSpec, extract
 
 __all__ = ["Lowered", "cache_key", "external_files", "read_consts", "write_consts"]
@@ -115,7 +116,7 @@ class Lowered:
             same = table.setdefault((name, data.dtype.str, tuple(data.shape)), [])
             shared = next((a for a in same if np.array_equal(a, data)), None)
             if shared is None:
-                shared = data if _owned(data) else np.array(data, order="C")
+                shared = aligned_copy(data if _owned(data) else np.array(data, order="C"))
                 same.append(shared)
             values[name] = Value(v.name, v.dtype, v.shape, shared)
         return dataclasses.replace(self, values=values)

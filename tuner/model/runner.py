@@ -29,7 +29,7 @@ from .bucket import MaskInput
 from .inplace import InPlace, in_place_concats
 from .lowered import Lowered
 from .overwrite import overwritten_inputs
-from .plan import Interval, assign_offsets, lifetimes
+from .plan import Interval, aligned_empty, assign_offsets, lifetimes
 from .prebuild import prebuild
 from .tasks import KernelSpec
 
@@ -148,7 +148,7 @@ class Plan:
         spans = lifetimes(writes, reads, roots)
         needs = [Interval(r, self._nbytes(r), *spans[r]) for r in planned if r in spans]
         offsets, total = assign_offsets(needs)
-        self.arena = np.empty(max(total, 1), np.uint8)
+        self.arena = aligned_empty(max(total, 1))
         self.arena_bytes = total
 
         slots: dict[str, _Slot] = {}
@@ -216,7 +216,8 @@ class Plan:
         for k, arr in zip(self._input_slots, arrays, strict=True):
             env[k] = arr.reshape(-1)
         for k, dtype, size in self._out_roots:
-            env[k] = bound[k].reshape(-1) if k in bound else np.empty(size, dtype)
+            fresh = aligned_empty(size * np.dtype(dtype).itemsize).view(dtype)
+            env[k] = bound[k].reshape(-1) if k in bound else fresh
         _set_threads(self.target)
         return env
 
