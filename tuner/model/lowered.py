@@ -32,7 +32,7 @@ from ..graph.ops import OpKind, opdef
 from ..target import Target
 from ..task import Task
 from ..workload import Workload
-from .plan import aligned_copy
+from .plan import BASE_ALIGN, aligned_copy, aligned_empty
 from .tasks import KernelSpec, extract
 
 __all__ = ["Lowered", "cache_key", "external_files", "read_consts", "write_consts"]
@@ -65,13 +65,14 @@ class Lowered:
         from ..graph.fusion import SMALL_CONST
         from ..graph.fusion import fuse as fuse_graph
         from ..graph.layout import channels_last
+        from ..graph.moves import integer_moves
         from ..graph.ops.lookup import LOOKUP
         from ..graph.padding import explicit_padding
         from ..graph.passes import optimize
         from ..graph.quantized import integer_linear
         from ..graph.tables import tabulate
 
-        g = _static_shapes(graph)
+        g = integer_moves(_static_shapes(graph))  # movement between equal quantizers on integers
         if layout and int(target.get("int8_dot_bits", 0)):
             g = integer_linear(g)  # before the weights fold to float32
         g = optimize(g)
@@ -99,7 +100,7 @@ class Lowered:
     def interned(self, table: dict[tuple[str, str, tuple[int, ...]], list[np.ndarray]]) -> Lowered:
         """The lowering with each constant's data taken from ``table`` where an equal array of
         its name is there (and put there where not: as it is where it is an array of its own,
-        C-contiguous and writable, else as such a copy).
+        C-contiguous, writable and on a cache line, else as such a copy).
 
         A model served at many shapes lowers once per shape, each import bringing its own
         copy of the weights; sharing one table, its plans share one copy. Equal means the
@@ -116,7 +117,7 @@ class Lowered:
             same = table.setdefault((name, data.dtype.str, tuple(data.shape)), [])
             shared = next((a for a in same if np.array_equal(a, data)), None)
             if shared is None:
-                shared = aligned_copy(data if _owned(data) else np.array(data, order="C"))
+                shared = data if _kept(data) else aligned_copy(np.array(data, order="C"))
                 same.append(shared)
             values[name] = Value(v.name, v.dtype, v.shape, shared)
         return dataclasses.replace(self, values=values)
@@ -210,10 +211,17 @@ class Lowered:
             return None
 
 
-def _owned(data: np.ndarray) -> bool:
-    """Whether ``data`` is an array of its own, C-contiguous and writable (``read_consts``
-    makes such), which a table of constants may keep as it is."""
-    return data.base is None and data.flags.c_contiguous and data.flags.writeable
+def _kept(data: np.ndarray) -> bool:
+    """Whether a table of constants may keep ``data`` as it is: C-contiguous, writable, on a
+    cache line, and either an array of its own (``read_consts`` makes such) or the whole of
+    an aligned buffer (``plan.aligned_copy`` makes such)."""
+    if not (data.flags.c_contiguous and data.flags.writeable):
+        return False
+    if data.size == 0:  # nothing to read: NumPy may place it anywhere
+        return True
+    if data.ctypes.data % BASE_ALIGN:
+        return False
+    return data.base is None or data.base.nbytes <= data.nbytes + BASE_ALIGN
 
 
 def write_consts(file: Any, names: Sequence[str], consts: Mapping[str, np.ndarray]) -> None:
@@ -252,7 +260,11 @@ def _read_npy(f: Any) -> np.ndarray:
     shape, fortran, dtype = header(f)
     if dtype.hasobject:
         raise ValueError("a constant of object dtype")
-    data = np.empty(shape, dtype, order="F" if fortran else "C")
+    if fortran:
+        data = np.empty(shape, dtype, order="F")
+    else:  # on a cache line, as interning keeps it (``_kept``)
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        data = aligned_empty(size).view(dtype).reshape(shape)
     view = memoryview(data.reshape(-1, order="A").view(np.uint8).data)
     for start in range(0, len(view), _SLICE):
         part = view[start : start + _SLICE]
