@@ -79,11 +79,7 @@ def _inverse(graph: Graph, dq: Node, q: Node, value: str) -> bool:
     a, b = _params(graph, dq), _params(graph, q)
     if a is None or b is None or list(q.inputs).count(value) != 1 or q.inputs[0] != value:
         return False
-    (sa, za), (sb, zb) = a, b
-    same_type = za.dtype == zb.dtype == np.dtype(graph.value(dq.inputs[0]).dtype)
-    return (
-        same_type
-        and sb.size == za.size == zb.size == 1
-        and sa.item() == sb.item()
-        and (za.item() == zb.item())
-    )
+    (sa, za), (sb, zb) = a, b  # dq's are one value each (_per_tensor)
+    if not za.dtype == zb.dtype == np.dtype(graph.value(dq.inputs[0]).dtype):
+        return False
+    return sb.size == zb.size == 1 and sa.item() == sb.item() and za.item() == zb.item()

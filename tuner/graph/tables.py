@@ -52,7 +52,7 @@ def tabulate(graph: Graph) -> Graph:
     for key in keys:
         if graph.value(key).dtype not in KEYS or key not in uses.consumers:
             continue
-        chain = _closure(graph, key, taken)
+        chain = _closure(graph, uses, order, key, taken)
         best = _longest(graph, uses, chain)
         if best is None:
             continue
@@ -70,19 +70,27 @@ def tabulate(graph: Graph) -> Graph:
     return replace_nodes(graph, replaced, dropped, values)
 
 
-def _closure(graph: Graph, key: str, taken: set[int]) -> list[Node]:
+def _closure(
+    graph: Graph, uses: Uses, order: dict[int, int], key: str, taken: set[int]
+) -> list[Node]:
     """The nodes computable from ``key`` and one-element constants alone, in graph order."""
+    reached: dict[int, Node] = {}  # the elementwise nodes downstream of the key, by position
+    stack = [key]
+    while stack:
+        for n in uses.consumers.get(stack.pop(), []):
+            i = order[id(n)]
+            if i in reached or i in taken or len(n.outputs) != 1 or not n.outputs[0]:
+                continue
+            if opdef(n.op).kind is OpKind.ELEMENTWISE:
+                reached[i] = n
+                stack.append(n.outputs[0])
     shape = graph.value(key).shape
     inside = {key}
     chain: list[Node] = []
-    for i, n in enumerate(graph.nodes):
-        if i in taken or len(n.outputs) != 1 or not n.outputs[0]:
-            continue
-        reads = [x for x in n.inputs if x]
-        if not any(x in inside for x in reads) or opdef(n.op).kind is not OpKind.ELEMENTWISE:
-            continue
+    for i in sorted(reached):
+        n = reached[i]
         keeps_shape = graph.value(n.outputs[0]).shape == shape
-        if keeps_shape and all(x in inside or _scalar(graph, x) for x in reads):
+        if keeps_shape and all(x in inside or _scalar(graph, x) for x in n.inputs if x):
             inside.add(n.outputs[0])
             chain.append(n)
     return chain

@@ -32,7 +32,7 @@ from ..graph.ops import OpKind, opdef
 from ..target import Target
 from ..task import Task
 from ..workload import Workload
-from .plan import BASE_ALIGN, aligned_copy, aligned_empty
+from .plan import BASE_ALIGN, aligned_array
 from .tasks import KernelSpec, extract
 
 __all__ = ["Lowered", "cache_key", "external_files", "read_consts", "write_consts"]
@@ -117,7 +117,10 @@ class Lowered:
             same = table.setdefault((name, data.dtype.str, tuple(data.shape)), [])
             shared = next((a for a in same if np.array_equal(a, data)), None)
             if shared is None:
-                shared = data if _kept(data) else aligned_copy(np.array(data, order="C"))
+                shared = data
+                if not _kept(data):  # one copy, on a cache line
+                    shared = aligned_array(data.shape, data.dtype)
+                    shared[...] = data
                 same.append(shared)
             values[name] = Value(v.name, v.dtype, v.shape, shared)
         return dataclasses.replace(self, values=values)
@@ -214,7 +217,7 @@ class Lowered:
 def _kept(data: np.ndarray) -> bool:
     """Whether a table of constants may keep ``data`` as it is: C-contiguous, writable, on a
     cache line, and either an array of its own (``read_consts`` makes such) or the whole of
-    an aligned buffer (``plan.aligned_copy`` makes such)."""
+    an aligned buffer (``plan.aligned_array`` makes such)."""
     if not (data.flags.c_contiguous and data.flags.writeable):
         return False
     if data.size == 0:  # nothing to read: NumPy may place it anywhere
@@ -260,11 +263,8 @@ def _read_npy(f: Any) -> np.ndarray:
     shape, fortran, dtype = header(f)
     if dtype.hasobject:
         raise ValueError("a constant of object dtype")
-    if fortran:
-        data = np.empty(shape, dtype, order="F")
-    else:  # on a cache line, as interning keeps it (``_kept``)
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        data = aligned_empty(size).view(dtype).reshape(shape)
+    # on a cache line, as interning keeps it (``_kept``)
+    data = np.empty(shape, dtype, order="F") if fortran else aligned_array(shape, dtype)
     view = memoryview(data.reshape(-1, order="A").view(np.uint8).data)
     for start in range(0, len(view), _SLICE):
         part = view[start : start + _SLICE]

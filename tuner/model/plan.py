@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ALIGN", "Interval", "aligned_copy", "aligned_empty", "assign_offsets"]
+__all__ = ["ALIGN", "Interval", "aligned_array", "aligned_copy", "aligned_empty", "assign_offsets"]
 
 #: Byte alignment of every planned buffer (a cache line; AVX-512 loads like it).
 ALIGN = 64
@@ -97,6 +97,13 @@ def aligned_empty(nbytes: int, align: int = BASE_ALIGN) -> np.ndarray:
     raw = np.empty(nbytes + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start : start + nbytes]
+
+
+def aligned_array(shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
+    """An uninitialised C-contiguous array whose first byte lies at a multiple of ``BASE_ALIGN``."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return aligned_empty(size).view(dtype).reshape(shape)
 
 
 def aligned_copy(data: np.ndarray, align: int = BASE_ALIGN) -> np.ndarray:

@@ -29,7 +29,7 @@ from .bucket import MaskInput
 from .inplace import InPlace, in_place_concats
 from .lowered import Lowered
 from .overwrite import overwritten_inputs
-from .plan import Interval, aligned_empty, assign_offsets, lifetimes
+from .plan import Interval, aligned_array, aligned_empty, assign_offsets, lifetimes
 from .prebuild import prebuild
 from .tasks import KernelSpec
 
@@ -216,8 +216,7 @@ class Plan:
         for k, arr in zip(self._input_slots, arrays, strict=True):
             env[k] = arr.reshape(-1)
         for k, dtype, size in self._out_roots:
-            fresh = aligned_empty(size * np.dtype(dtype).itemsize).view(dtype)
-            env[k] = bound[k].reshape(-1) if k in bound else fresh
+            env[k] = bound[k].reshape(-1) if k in bound else aligned_array((size,), dtype)
         _set_threads(self.target)
         return env
 

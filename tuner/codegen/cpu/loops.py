@@ -86,7 +86,7 @@ class LoopRewrites(NumbaSourceRenderer):
         table (a buffer of its own) at a key of the same kind moving alike, plus 0 for
         a uint8 key or 128 for an int8 one (the index of its entry)."""
         found = _byte_lookup(s, self) if self.tables else None
-        if found is None or int(s.extent.value) < TABLE_LANES[-1]:  # type: ignore[attr-defined]
+        if found is None:
             return False
         table, key, flip = found
         body = s.body
@@ -343,11 +343,15 @@ def _byte_lookup(s: For, r: LoopRewrites) -> tuple[str, Load, int] | None:
     body = s.body
     if s.kind == "parallel" or not isinstance(s.extent, Const) or not isinstance(body, Store):
         return None
+    if int(s.extent.value) < TABLE_LANES[-1]:
+        return None
     value = body.value
     if not isinstance(value, Load) or len(value.indices) != 1:
         return None
     table, out = r.buffers.get(value.buffer), r.buffers[body.buffer]
     if table is None or tuple(table.shape) != (256,) or not {table.dtype, out.dtype} <= _BYTE:
+        return None
+    if value.buffer == body.buffer:
         return None
     lin = linear(simplify(value.indices[0]))
     if len(lin.terms) != 1 or next(iter(lin.terms.values())) != 1:
@@ -357,7 +361,7 @@ def _byte_lookup(s: For, r: LoopRewrites) -> tuple[str, Load, int] | None:
     if not isinstance(key, Load) or key.buffer in (body.buffer, value.buffer):
         return None
     flip = {("uint8", 0): 0, ("int8", 128): 128}.get((r.buffers[key.buffer].dtype, lin.const))
-    if flip is None or value.buffer == body.buffer:
+    if flip is None:
         return None
     moves = [
         simplify(r._offset(b, i))
